@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything kev-native needs on Debian 12 (as root): build tools, libraries, the
+# torch/numpy oracles, and the npm packages of the tokenizer oracle (from the lock file).
+# Idempotent: packages already present are not reinstalled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git clang-14 clang-format
+  libfuzzer-14-dev libclang-rt-14-dev
+  nlohmann-json3-dev libssl-dev libzip-dev libcli11-dev libfmt-dev libpcre2-dev
+  libutf8proc-dev libopenblas-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-torch python3-numpy python3-pytest nodejs npm
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# nodejs/npm may come from elsewhere on a developer machine; accept any working node + npm.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+read -r -a missing <<<"${missing[*]}"
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ -f tests/oracle/js/package-lock.json ]; then
+  if [ ! -d tests/oracle/js/node_modules ] || [ tests/oracle/js/package-lock.json -nt tests/oracle/js/node_modules ]; then
+    echo "setup: installing the tokenizer oracle (npm ci)" >&2
+    (cd tests/oracle/js && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The full test suite, from a fresh Debian 12 machine: installs dependencies, builds with
+# warnings as errors, runs unit + integration + oracle tests (ctest), checks formatting,
+# and runs every fuzz target briefly under ASan/UBSan.
+#   KEV_FUZZ_SECONDS (default 20) sets the per-target fuzz smoke time; 0 skips fuzzing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+echo "== build (warnings are errors)" >&2
+scripts/build.sh ci
+
+echo "== format check" >&2
+mapfile -t sources < <(git ls-files '*.cpp' '*.h')
+if ((${#sources[@]})); then clang-format --dry-run --Werror "${sources[@]}"; fi
+
+echo "== tests" >&2
+ctest --test-dir build/ci --output-on-failure -j "$(nproc)"
+
+fuzz_seconds=${KEV_FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" != 0 ] && ls tests/fuzz/fuzz_*.cpp >/dev/null 2>&1; then
+  echo "== fuzz smoke (${fuzz_seconds}s per target, ASan+UBSan)" >&2
+  scripts/build.sh fuzz
+  scripts/fuzz.sh "$fuzz_seconds"
+fi
+echo "test.sh: all checks passed" >&2

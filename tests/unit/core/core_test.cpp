@@ -1,0 +1,112 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "kev/core/bf16.h"
+#include "kev/core/error.h"
+#include "kev/core/file.h"
+#include "kev/core/sha256.h"
+#include "kev/core/threads.h"
+
+namespace kev {
+namespace {
+
+// FIPS 180-2 test vectors.
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  Sha256 h;
+  std::string a(1000, 'a');
+  for (int i = 0; i < 1000; ++i) h.update(a.data(), a.size());
+  EXPECT_EQ(h.hex(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// Oracle: the two bf16 neighbours of x evaluated in double; nearest wins, ties go to the
+// even mantissa.
+uint16_t bf16_by_double(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  uint16_t lo = static_cast<uint16_t>(u >> 16);
+  uint16_t hi = static_cast<uint16_t>(lo + 1);
+  double dlo = std::fabs(double(bf16_to_f32(lo)) - double(x));
+  double dhi = std::isinf(bf16_to_f32(hi)) && !std::isinf(x)
+                   ? std::fabs(std::ldexp(1.0, 128) * (std::signbit(x) ? -1 : 1) - double(x))
+                   : std::fabs(double(bf16_to_f32(hi)) - double(x));
+  if ((u & 0xffff) == 0) return lo;
+  if (dlo < dhi) return lo;
+  if (dhi < dlo) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+TEST(Bf16, RoundsToNearestEvenLikeDoubleOracle) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t u = bits(rng);
+    if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u;  // exact ties
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) {
+      EXPECT_EQ(f32_to_bf16(f), 0x7fc0);
+      continue;
+    }
+    ASSERT_EQ(f32_to_bf16(f), bf16_by_double(f)) << "bits " << std::hex << u;
+  }
+}
+
+TEST(Threads, ParallelForVisitsEachIndexOnceAndRethrows) {
+  std::vector<std::atomic<int>> hits(1000);
+  parallel_for(hits.size(), [&](size_t i) { hits[i]++; }, 2);
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  EXPECT_THROW(parallel_for(100, [](size_t i) { if (i == 50) fail(ErrorKind::kBadInput, "x"); }, 2), Error);
+}
+
+TEST(StagingDir, RemovedUnlessPublishedAndRefusesExisting) {
+  std::string base = testing::TempDir() + "/kev_staging_" + std::to_string(::getpid());
+  remove_tree(base);
+  std::string dest = base + "_out";
+  remove_tree(dest);
+  std::string staged;
+  {
+    StagingDir s(dest);
+    staged = s.path();
+    write_file_synced(s.file("a"), "hello");
+    EXPECT_TRUE(path_exists(staged + "/a"));
+  }
+  EXPECT_FALSE(path_exists(staged));
+  EXPECT_FALSE(path_exists(dest));
+  {
+    StagingDir s(dest);
+    write_file_synced(s.file("a"), "hello");
+    s.publish();
+  }
+  EXPECT_EQ(read_file(dest + "/a"), "hello");
+  try {
+    StagingDir again(dest);
+    FAIL() << "existing output accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+  }
+  remove_tree(dest);
+}
+
+TEST(WriteFaults, InjectedFailureIsAnIoError) {
+  std::string path = testing::TempDir() + "/kev_fault_" + std::to_string(::getpid());
+  remove_tree(path);
+  WriteFaults::fail_after_bytes(10);
+  OutputFile f(path);
+  f.write("12345", 5);
+  try {
+    f.write("1234567890", 10);
+    FAIL() << "write past the budget succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+  }
+  WriteFaults::fail_after_bytes(UINT64_MAX);
+  remove_tree(path);
+}
+
+}  // namespace
+}  // namespace kev
