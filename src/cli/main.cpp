@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::map<CLI::App*, cli::Runner> runners;
   auto& entries = cli::commands();
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
   for (auto& entry : entries) {
     CLI::App* sub = app.add_subcommand(entry.name, entry.summary);
     sub->add_flag("--quiet,-q", quiet, "no progress output on stderr");

@@ -20,7 +20,9 @@
 namespace kev {
 namespace {
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 std::string parent_of(const std::string& path) {
   auto p = std::filesystem::path(path).lexically_normal();

@@ -7,7 +7,9 @@
 namespace kev {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_signal(int sig) { g_signal = sig; }
+extern "C" void on_signal(int sig) {
+  g_signal = sig;
+}
 }  // namespace
 
 void install_interrupt_handlers() {
@@ -18,10 +20,13 @@ void install_interrupt_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-bool interrupted() { return g_signal != 0; }
+bool interrupted() {
+  return g_signal != 0;
+}
 
 void check_interrupted() {
-  if (g_signal) fail(ErrorKind::kInterrupted, "interrupted by signal {}; nothing was kept", int(g_signal));
+  if (g_signal)
+    fail(ErrorKind::kInterrupted, "interrupted by signal {}; nothing was kept", int(g_signal));
 }
 
 }  // namespace kev

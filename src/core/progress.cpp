@@ -9,7 +9,9 @@ namespace {
 std::atomic<bool> g_quiet{false};
 }
 
-void Progress::set_quiet(bool quiet) { g_quiet = quiet; }
+void Progress::set_quiet(bool quiet) {
+  g_quiet = quiet;
+}
 
 Progress::Progress(std::string label, uint64_t total_bytes, uint64_t total_items)
     : label_(std::move(label)), total_bytes_(total_bytes), total_items_(total_items) {

@@ -17,7 +17,9 @@ Sha256::Sha256() : impl_(std::make_unique<Impl>()) {
     fail(ErrorKind::kInternal, "OpenSSL could not initialise SHA-256");
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(impl_->ctx); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(impl_->ctx);
+}
 
 void Sha256::update(const void* data, size_t size) {
   if (size && EVP_DigestUpdate(impl_->ctx, data, size) != 1)

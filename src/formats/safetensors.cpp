@@ -18,10 +18,10 @@ struct DTypeEntry {
 };
 
 constexpr DTypeEntry kDTypes[] = {
-    {DType::kF64, "F64", 8},   {DType::kF32, "F32", 4},         {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2}, {DType::kI64, "I64", 8},         {DType::kI32, "I32", 4},
-    {DType::kI16, "I16", 2},   {DType::kI8, "I8", 1},           {DType::kU8, "U8", 1},
-    {DType::kBool, "BOOL", 1}, {DType::kU16, "U16", 2},         {DType::kU32, "U32", 4},
+    {DType::kF64, "F64", 8},   {DType::kF32, "F32", 4},        {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2}, {DType::kI64, "I64", 8},        {DType::kI32, "I32", 4},
+    {DType::kI16, "I16", 2},   {DType::kI8, "I8", 1},          {DType::kU8, "U8", 1},
+    {DType::kBool, "BOOL", 1}, {DType::kU16, "U16", 2},        {DType::kU32, "U32", 4},
     {DType::kU64, "U64", 8},   {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
 };
 
@@ -41,8 +41,12 @@ uint64_t read_u64_le(const char* p) {
 
 }  // namespace
 
-size_t dtype_size(DType d) { return entry(d).size; }
-const char* dtype_name(DType d) { return entry(d).name; }
+size_t dtype_size(DType d) {
+  return entry(d).size;
+}
+const char* dtype_name(DType d) {
+  return entry(d).name;
+}
 
 std::optional<DType> parse_dtype(std::string_view name) {
   for (const auto& e : kDTypes)
@@ -64,13 +68,16 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& file) {
   using nlohmann::json;
-  if (bytes.size() < 8) fail(ErrorKind::kBadInput, "{} is not a safetensors file: shorter than 8 bytes", file);
+  if (bytes.size() < 8)
+    fail(ErrorKind::kBadInput, "{} is not a safetensors file: shorter than 8 bytes", file);
   uint64_t n = read_u64_le(bytes.data());
   if (n > kMaxHeader || n > bytes.size() - 8)
-    fail(ErrorKind::kBadInput, "{} is not a valid safetensors file: header length {} exceeds the file", file, n);
+    fail(ErrorKind::kBadInput,
+         "{} is not a valid safetensors file: header length {} exceeds the file", file, n);
   std::string_view text = bytes.substr(8, n);
   if (text.empty() || text[0] != '{')
-    fail(ErrorKind::kBadInput, "{} is not a valid safetensors file: header is not a JSON object", file);
+    fail(ErrorKind::kBadInput, "{} is not a valid safetensors file: header is not a JSON object",
+         file);
 
   // Duplicate top-level names would let two different tensors hide behind one name.
   std::set<std::string> seen;
@@ -84,7 +91,8 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& f
   };
   json header = json::parse(text.begin(), text.end(), track, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
-    fail(ErrorKind::kBadInput, "{} is not a valid safetensors file: header is not valid JSON", file);
+    fail(ErrorKind::kBadInput, "{} is not a valid safetensors file: header is not valid JSON",
+         file);
   if (!duplicate.empty())
     fail(ErrorKind::kBadInput, "{}: tensor name '{}' appears twice in the header", file, duplicate);
 
@@ -103,20 +111,24 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& f
       }
       continue;
     }
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets"))
       fail(ErrorKind::kBadInput, "{}: tensor '{}' needs dtype, shape and data_offsets", file, name);
     TensorInfo t;
     t.name = name;
     const json& dt = v["dtype"];
     auto dtype = dt.is_string() ? parse_dtype(dt.get_ref<const std::string&>()) : std::nullopt;
-    if (!dtype) fail(ErrorKind::kBadInput, "{}: tensor '{}' has an unknown dtype {}", file, name, dt.dump());
+    if (!dtype)
+      fail(ErrorKind::kBadInput, "{}: tensor '{}' has an unknown dtype {}", file, name, dt.dump());
     t.dtype = *dtype;
     const json& shape = v["shape"];
-    if (!shape.is_array()) fail(ErrorKind::kBadInput, "{}: tensor '{}' shape is not a list", file, name);
+    if (!shape.is_array())
+      fail(ErrorKind::kBadInput, "{}: tensor '{}' shape is not a list", file, name);
     uint64_t numel = 1;
     for (const json& d : shape) {
       if (!d.is_number_unsigned())
-        fail(ErrorKind::kBadInput, "{}: tensor '{}' has an invalid dimension {}", file, name, d.dump());
+        fail(ErrorKind::kBadInput, "{}: tensor '{}' has an invalid dimension {}", file, name,
+             d.dump());
       uint64_t dim = d.get<uint64_t>();
       if (dim > (uint64_t{1} << 48))
         fail(ErrorKind::kBadInput, "{}: tensor '{}' dimension {} is too large", file, name, dim);
@@ -125,17 +137,21 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& f
       t.shape.push_back(static_cast<int64_t>(dim));
     }
     const json& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      fail(ErrorKind::kBadInput, "{}: tensor '{}' data_offsets must be two non-negative integers", file, name);
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
+      fail(ErrorKind::kBadInput, "{}: tensor '{}' data_offsets must be two non-negative integers",
+           file, name);
     uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end || end > data_size)
-      fail(ErrorKind::kBadInput, "{}: tensor '{}' data_offsets [{}, {}] lie outside the {}-byte data region (truncated file?)",
+      fail(ErrorKind::kBadInput,
+           "{}: tensor '{}' data_offsets [{}, {}] lie outside the {}-byte data region (truncated "
+           "file?)",
            file, name, begin, end, data_size);
     uint64_t expect = numel * dtype_size(t.dtype);  // exact while numel <= 2^60 (sizes <= 8)
     if (numel > (uint64_t{1} << 60)) expect = UINT64_MAX;
     if (expect != end - begin)
-      fail(ErrorKind::kBadInput, "{}: tensor '{}' {} {} needs {} bytes but data_offsets give {}", file, name,
-           dtype_name(t.dtype), shape_string(t.shape), expect, end - begin);
+      fail(ErrorKind::kBadInput, "{}: tensor '{}' {} {} needs {} bytes but data_offsets give {}",
+           file, name, dtype_name(t.dtype), shape_string(t.shape), expect, end - begin);
     t.offset = begin;
     t.nbytes = end - begin;
     out.tensors.push_back(std::move(t));
@@ -146,12 +162,14 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& f
   uint64_t cursor = 0;
   for (const auto& t : out.tensors) {
     if (t.offset != cursor)
-      fail(ErrorKind::kBadInput, "{}: tensor '{}' starts at byte {} but the previous tensor ends at {} (overlap or hole)",
+      fail(ErrorKind::kBadInput,
+           "{}: tensor '{}' starts at byte {} but the previous tensor ends at {} (overlap or hole)",
            file, t.name, t.offset, cursor);
     cursor = t.offset + t.nbytes;
   }
   if (cursor != data_size)
-    fail(ErrorKind::kBadInput, "{}: tensors cover {} bytes but the data region has {} (truncated or padded file)", file,
+    fail(ErrorKind::kBadInput,
+         "{}: tensors cover {} bytes but the data region has {} (truncated or padded file)", file,
          cursor, data_size);
   return out;
 }
@@ -187,8 +205,9 @@ std::string safetensors_header_bytes(const std::vector<TensorSpec>& specs,
     if (json.size() > 1) json += ",";
     nlohmann::json shape = s.shape;
     uint64_t end = offset + s.nbytes();
-    json += nlohmann::json(s.name).dump() + ":{\"dtype\":\"" + dtype_name(s.dtype) + "\",\"shape\":" + shape.dump() +
-            ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
+    json += nlohmann::json(s.name).dump() + ":{\"dtype\":\"" + dtype_name(s.dtype) +
+            "\",\"shape\":" + shape.dump() + ",\"data_offsets\":[" + std::to_string(offset) + "," +
+            std::to_string(end) + "]}";
     offset = end;
   }
   json += "}";
@@ -210,7 +229,8 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Tensor
 
 void SafetensorsWriter::write(const void* data, size_t size) {
   if (data_written_ + size > expected_total_)
-    fail(ErrorKind::kInternal, "{}: more tensor bytes written than the header declares", out_.path());
+    fail(ErrorKind::kInternal, "{}: more tensor bytes written than the header declares",
+         out_.path());
   out_.write(data, size);
   hash_.update(data, size);
   data_written_ += size;
@@ -218,8 +238,8 @@ void SafetensorsWriter::write(const void* data, size_t size) {
 
 std::string SafetensorsWriter::finish() {
   if (data_written_ != expected_total_)
-    fail(ErrorKind::kInternal, "{}: {} tensor bytes written, header declares {}", out_.path(), data_written_,
-         expected_total_);
+    fail(ErrorKind::kInternal, "{}: {} tensor bytes written, header declares {}", out_.path(),
+         data_written_, expected_total_);
   out_.close_synced();
   return hash_.hex();
 }

@@ -35,7 +35,8 @@ template <typename... Args>
   throw Error(kind, fmt::format(f, std::forward<Args>(args)...));
 }
 
-int exit_code(ErrorKind kind);    // 2 bad input, 3 integrity, 4 io, 5 unsupported, 6 overload, 130 interrupted, 70 internal
+int exit_code(ErrorKind kind);    // 2 bad input, 3 integrity, 4 io, 5 unsupported, 6 overload, 130
+                                  // interrupted, 70 internal
 int http_status(ErrorKind kind);  // 422, 500, 500, 422, 503, 503, 500
 const char* kind_name(ErrorKind kind);
 

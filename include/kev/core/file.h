@@ -52,12 +52,12 @@ struct WriteFaults {
 class OutputFile {
  public:
   explicit OutputFile(const std::string& path);  // creates (O_EXCL); throws Error(kIo)
-  ~OutputFile();                                  // closes without fsync if still open
+  ~OutputFile();                                 // closes without fsync if still open
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
-  void write(const void* data, size_t size);      // all or throw Error(kIo)
+  void write(const void* data, size_t size);  // all or throw Error(kIo)
   void write(std::string_view s) { write(s.data(), s.size()); }
-  void close_synced();                            // fsync + close; throws Error(kIo)
+  void close_synced();  // fsync + close; throws Error(kIo)
   uint64_t bytes_written() const { return written_; }
   const std::string& path() const { return path_; }
 

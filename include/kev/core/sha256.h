@@ -18,7 +18,7 @@ class Sha256 {
   Sha256& operator=(const Sha256&) = delete;
   void update(const void* data, size_t size);
   std::array<uint8_t, 32> digest();  // finishes; call once
-  std::string hex();                  // finishes; lowercase hex; call once
+  std::string hex();                 // finishes; lowercase hex; call once
 
  private:
   struct Impl;

@@ -21,7 +21,23 @@
 
 namespace kev {
 
-enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool, kU16, kU32, kU64, kF8E4M3, kF8E5M2 };
+enum class DType {
+  kF64,
+  kF32,
+  kF16,
+  kBF16,
+  kI64,
+  kI32,
+  kI16,
+  kI8,
+  kU8,
+  kBool,
+  kU16,
+  kU32,
+  kU64,
+  kF8E4M3,
+  kF8E5M2
+};
 
 size_t dtype_size(DType d);
 const char* dtype_name(DType d);  // "F32", "BF16", ...
@@ -41,7 +57,7 @@ std::string shape_string(const std::vector<int64_t>& shape);  // "[256, 2560]"
 struct SafetensorsHeader {
   std::vector<TensorInfo> tensors;  // in data-offset order
   std::map<std::string, std::string> metadata;
-  uint64_t data_start = 0;          // 8 + N
+  uint64_t data_start = 0;  // 8 + N
 };
 
 // Parses and validates the header of a whole safetensors file held in `bytes`.
@@ -55,7 +71,9 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
   const TensorInfo* find(std::string_view name) const;  // nullptr if absent
   const TensorInfo& get(std::string_view name) const;   // throws kBadInput naming file + tensor
-  const uint8_t* data(const TensorInfo& t) const { return file_.data() + header_.data_start + t.offset; }
+  const uint8_t* data(const TensorInfo& t) const {
+    return file_.data() + header_.data_start + t.offset;
+  }
   std::string_view bytes(const TensorInfo& t) const {
     return {reinterpret_cast<const char*>(data(t)), t.nbytes};
   }

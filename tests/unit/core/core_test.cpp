@@ -58,9 +58,16 @@ TEST(Bf16, RoundsToNearestEvenLikeDoubleOracle) {
 
 TEST(Threads, ParallelForVisitsEachIndexOnceAndRethrows) {
   std::vector<std::atomic<int>> hits(1000);
-  parallel_for(hits.size(), [&](size_t i) { hits[i]++; }, 2);
+  parallel_for(
+      hits.size(), [&](size_t i) { hits[i]++; }, 2);
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
-  EXPECT_THROW(parallel_for(100, [](size_t i) { if (i == 50) fail(ErrorKind::kBadInput, "x"); }, 2), Error);
+  EXPECT_THROW(parallel_for(
+                   100,
+                   [](size_t i) {
+                     if (i == 50) fail(ErrorKind::kBadInput, "x");
+                   },
+                   2),
+               Error);
 }
 
 TEST(StagingDir, RemovedUnlessPublishedAndRefusesExisting) {

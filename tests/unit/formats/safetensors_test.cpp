@@ -29,7 +29,8 @@ void expect_refused(const std::string& bytes, const std::string& needle) {
 TEST(Safetensors, WriterOutputParsesBack) {
   std::string path = testing::TempDir() + "/kev_st_" + std::to_string(::getpid());
   remove_tree(path);
-  std::vector<TensorSpec> specs = {{"b", DType::kF32, {2, 3}}, {"a", DType::kBF16, {5}}, {"e", DType::kF32, {0}}};
+  std::vector<TensorSpec> specs = {
+      {"b", DType::kF32, {2, 3}}, {"a", DType::kBF16, {5}}, {"e", DType::kF32, {0}}};
   SafetensorsWriter w(path, specs);
   float fs[6] = {1, 2, 3, 4, 5, 6};
   uint16_t bs[5] = {1, 2, 3, 4, 5};
@@ -55,18 +56,31 @@ TEST(Safetensors, RefusesMalformedHeaders) {
   expect_refused(header_file("{}", 0).substr(0, 9), "exceeds");
   expect_refused(header_file("[1]", 0), "not a JSON object");
   expect_refused(header_file("{\"a\":", 0), "not valid JSON");
-  expect_refused(header_file(R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4), "unknown dtype");
-  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "invalid dimension");
-  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4), "needs 8 bytes");
-  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", 4), "outside");
-  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8),
-                 "overlap or hole");
-  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8), "truncated or padded");
-  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
-                 "appears twice");
+  expect_refused(header_file(R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4),
+                 "unknown dtype");
+  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
+                 "invalid dimension");
+  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
+                 "needs 8 bytes");
+  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", 4),
+                 "outside");
+  expect_refused(
+      header_file(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+          8),
+      "overlap or hole");
+  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8),
+                 "truncated or padded");
+  expect_refused(
+      header_file(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+          8),
+      "appears twice");
   expect_refused(header_file(R"({"__metadata__":{"k":1}})", 0), "must be a string");
-  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", 4),
-                 "too many elements");
+  expect_refused(
+      header_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})",
+                  4),
+      "too many elements");
 }
 
 }  // namespace
