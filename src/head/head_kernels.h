@@ -1,0 +1,32 @@
+// Pointer-head kernels, one set per instruction set (portable, AVX2+FMA, AVX-512F), all with
+// the same per-element order of operations (see include/kev/head/pointer_head.h), so every
+// variant, block size and thread split gives bit-identical results.
+#pragma once
+#include <cstddef>
+
+#include "kev/head/pointer_head.h"
+
+namespace kev::head_kernels {
+
+// The most questions one block call handles at once (their W_q / W_k loads are shared).
+inline constexpr size_t kMaxBlock = 8;
+
+struct KernelSet {
+  // u[q][k] = dot16(W[k,:], h[q]) + b[k] for k < p, q < nq (nq <= kMaxBlock).
+  void (*project)(const float* w, const float* b, size_t p, size_t d, const float* const* h,
+                  size_t nq, float* const* u);
+  // v[q][j] = sum over k ascending of u[q][k] * W[k,j] (FMA), j < d, q < nq.
+  void (*fold)(const float* w, size_t p, size_t d, const float* const* u, size_t nq,
+               float* const* v);
+  // dot16(a, b) over n elements.
+  float (*dot)(const float* a, const float* b, size_t n);
+  // out[i] = (dot16(rows[i,:], v) + c) * scale for i < count (rows are d floats each).
+  void (*logits)(const float* rows, size_t count, size_t d, const float* v, float c, float scale,
+                 float* out);
+};
+
+// The kernels for `isa` (kAuto resolves to the best supported one). Throws Error(kUnsupported)
+// if this CPU cannot run the requested variant.
+const KernelSet& kernels(HeadIsa isa);
+
+}  // namespace kev::head_kernels
