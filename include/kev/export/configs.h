@@ -1,0 +1,47 @@
+// The small JSON inputs of an export, parsed strictly (after verification) into what the
+// exporter needs. Every refusal is Error(kBadInput) or Error(kUnsupported) naming the file and
+// field.
+//
+// BaseTextConfig    config.json's text settings (text_config, or top level for text-only
+//                   configs): hidden size, layer count, per-layer attention kind.
+// LoraConfig        adapter_config.json: PEFT LoRA only; DoRA, rsLoRA, fan_in_fan_out, biases,
+//                   modules_to_save, per-module rank/alpha patterns and layer subsets refused.
+// BaseIndex         model.safetensors.index.json: tensor -> shard.
+// Delimiters        the five Kev delimiter ids, read from tokenizer.json's added_tokens.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kev {
+
+struct BaseTextConfig {
+  int64_t hidden = 0;
+  int64_t layers = 0;
+  std::vector<bool> full_attention;  // per layer: true = full attention, false = linear (GDN)
+};
+BaseTextConfig parse_base_text_config(std::string_view json, const std::string& name);
+
+struct LoraConfig {
+  int64_t rank = 0;
+  double alpha = 0;
+  std::vector<std::string> target_modules;  // as listed (order kept)
+};
+LoraConfig parse_lora_config(std::string_view json, const std::string& name);
+
+struct BaseIndex {
+  std::map<std::string, std::string> weight_map;  // tensor -> shard file name
+  std::vector<std::string> shards;                // sorted, unique
+};
+BaseIndex parse_base_index(std::string_view json, const std::string& name);
+
+struct Delimiters {
+  int64_t state = 0, question = 0, option_open = 0, option_close = 0, decide = 0;
+};
+// Token contents: state <|fim_prefix|>, question <|fim_middle|>, option_open <|box_start|>,
+// option_close <|box_end|>, decide <|fim_suffix|>.
+Delimiters parse_delimiters(std::string_view tokenizer_json, const std::string& name);
+
+}  // namespace kev

@@ -1,0 +1,38 @@
+// `kev pin`: write a fully pinned recipe from a trusted local download.
+//
+// Hashes the base files (config, tokenizer, tokenizer_config, index and every shard the index
+// names) and the checkpoint files (adapter_config, adapter_model, head.pt). When a directory is
+// a Hugging Face cache snapshot (.../models--ORG--NAME/snapshots/<revision>/ with files that are
+// symlinks to ../../blobs/<id>), the repo and revision are taken from the path and each file is
+// cross-checked against its blob name: LFS blobs are named by their SHA-256, small files by
+// their git blob SHA-1. A mismatch is refused (Error kIntegrity) and nothing is written. The
+// recipe file is written atomically and an existing one is never overwritten.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kev/export/recipe.h"
+
+namespace kev {
+
+struct PinOptions {
+  std::string base_dir, checkpoint_dir, out_path, model = "kev-4b";
+};
+
+struct PinSummary {
+  Recipe recipe;
+  size_t files = 0, cross_checked = 0;
+  std::vector<std::string> notes;  // e.g. a snapshot revision differing from the release
+};
+
+// The built-in description of a known model (repos, release revisions, LoRA numbers) with null
+// hashes; throws kUnsupported for unknown names.
+Recipe known_recipe(const std::string& model);
+
+PinSummary run_pin(const PinOptions& options);
+
+// The id Hugging Face's cache names a blob by: SHA-256 for LFS files, git blob SHA-1 otherwise.
+std::string git_blob_sha1(std::string_view bytes);
+
+}  // namespace kev

@@ -1,0 +1,28 @@
+// kev pin --base DIR --checkpoint DIR --out recipe.json [--model kev-4b]
+#include <cstdio>
+#include <memory>
+
+#include "cli/command.h"
+#include "kev/export/pin.h"
+
+namespace {
+
+const bool registered = kev::cli::register_command(
+    "pin", "write a pinned recipe from a trusted local download", [](CLI::App& app) {
+      auto o = std::make_shared<kev::PinOptions>();
+      app.add_option("--base", o->base_dir, "base model directory")->required();
+      app.add_option("--checkpoint", o->checkpoint_dir, "Kev checkpoint directory")->required();
+      app.add_option("--out", o->out_path, "recipe file to create")->required();
+      app.add_option("--model", o->model, "model name (default kev-4b)");
+      return [o] {
+        kev::PinSummary s = kev::run_pin(*o);
+        for (const auto& note : s.notes) std::fprintf(stderr, "kev pin: note: %s\n", note.c_str());
+        std::printf(
+            "pinned %zu files into %s (%zu cross-checked against Hugging Face cache "
+            "blob names)\n",
+            s.files, o->out_path.c_str(), s.cross_checked);
+        return 0;
+      };
+    });
+
+}  // namespace

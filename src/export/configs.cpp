@@ -1,0 +1,168 @@
+#include "kev/export/configs.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <set>
+
+#include "kev/core/error.h"
+#include "kev/export/recipe.h"
+
+namespace kev {
+namespace {
+
+using Json = nlohmann::json;
+
+Json parse_object(std::string_view text, const std::string& name) {
+  Json j = Json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    fail(ErrorKind::kBadInput, "{} is not a JSON object", name);
+  return j;
+}
+
+int64_t positive_int(const Json& obj, const char* key, const std::string& name) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer() || it->get<int64_t>() <= 0)
+    fail(ErrorKind::kBadInput, "{}: \"{}\" must be a positive integer", name, key);
+  return it->get<int64_t>();
+}
+
+// A flag that must be absent, null or false.
+void require_off(const Json& obj, const char* key, const char* what, const std::string& name) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) return;
+  fail(ErrorKind::kUnsupported, "{}: \"{}\" is {} ({}); only plain LoRA adapters can be merged",
+       name, key, it->dump(), what);
+}
+
+// A collection that must be absent, null or empty.
+void require_empty(const Json& obj, const char* key, const char* what, const std::string& name) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null() || ((it->is_object() || it->is_array()) && it->empty()))
+    return;
+  fail(ErrorKind::kUnsupported, "{}: \"{}\" is {} ({}); only plain LoRA adapters can be merged",
+       name, key, it->dump(), what);
+}
+
+}  // namespace
+
+BaseTextConfig parse_base_text_config(std::string_view text, const std::string& name) {
+  Json root = parse_object(text, name);
+  const Json* tc = &root;
+  if (auto it = root.find("text_config"); it != root.end()) {
+    if (!it->is_object()) fail(ErrorKind::kBadInput, "{}: text_config must be an object", name);
+    tc = &*it;
+  }
+  BaseTextConfig c;
+  c.hidden = positive_int(*tc, "hidden_size", name);
+  c.layers = positive_int(*tc, "num_hidden_layers", name);
+  auto lt = tc->find("layer_types");
+  if (lt == tc->end() || !lt->is_array())
+    fail(ErrorKind::kBadInput, "{}: text_config.layer_types must be a list", name);
+  if (static_cast<int64_t>(lt->size()) != c.layers)
+    fail(ErrorKind::kBadInput, "{}: layer_types has {} entries but num_hidden_layers is {}", name,
+         lt->size(), c.layers);
+  for (size_t i = 0; i < lt->size(); ++i) {
+    const Json& t = (*lt)[i];
+    if (t == "full_attention")
+      c.full_attention.push_back(true);
+    else if (t == "linear_attention")
+      c.full_attention.push_back(false);
+    else
+      fail(ErrorKind::kUnsupported,
+           "{}: layer_types[{}] is {}; expected \"full_attention\" or "
+           "\"linear_attention\"",
+           name, i, t.dump());
+  }
+  return c;
+}
+
+LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
+  Json j = parse_object(text, name);
+  auto pt = j.find("peft_type");
+  if (pt == j.end() || *pt != "LORA")
+    fail(ErrorKind::kUnsupported, "{}: peft_type is {}; only \"LORA\" adapters can be merged", name,
+         pt == j.end() ? std::string("missing") : pt->dump());
+  LoraConfig c;
+  c.rank = positive_int(j, "r", name);
+  auto alpha = j.find("lora_alpha");
+  if (alpha == j.end() || !alpha->is_number() || !std::isfinite(alpha->get<double>()) ||
+      alpha->get<double>() <= 0)
+    fail(ErrorKind::kBadInput, "{}: \"lora_alpha\" must be a positive number", name);
+  c.alpha = alpha->get<double>();
+  require_off(j, "use_dora", "DoRA", name);
+  require_off(j, "use_rslora", "rsLoRA scales by alpha/sqrt(r)", name);
+  require_off(j, "fan_in_fan_out", "transposed weights", name);
+  require_empty(j, "modules_to_save", "fully trained extra modules", name);
+  require_empty(j, "rank_pattern", "per-module ranks", name);
+  require_empty(j, "alpha_pattern", "per-module alphas", name);
+  require_empty(j, "layers_to_transform", "a layer subset", name);
+  require_empty(j, "layer_replication", "replicated layers", name);
+  if (auto b = j.find("bias"); b != j.end() && *b != "none")
+    fail(ErrorKind::kUnsupported, "{}: \"bias\" is {}; only bias \"none\" adapters can be merged",
+         name, b->dump());
+  auto tm = j.find("target_modules");
+  if (tm == j.end() || !tm->is_array() || tm->empty())
+    fail(ErrorKind::kUnsupported,
+         "{}: \"target_modules\" must be a non-empty list of module names (a regex is not "
+         "supported)",
+         name);
+  std::set<std::string> seen;
+  for (const Json& m : *tm) {
+    if (!m.is_string()) fail(ErrorKind::kBadInput, "{}: target_modules holds a non-string", name);
+    if (!seen.insert(m.get<std::string>()).second)
+      fail(ErrorKind::kBadInput, "{}: target_modules lists {} twice", name, m.dump());
+    c.target_modules.push_back(m.get<std::string>());
+  }
+  return c;
+}
+
+BaseIndex parse_base_index(std::string_view text, const std::string& name) {
+  Json j = parse_object(text, name);
+  auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object() || wm->empty())
+    fail(ErrorKind::kBadInput, "{}: \"weight_map\" must be a non-empty object", name);
+  BaseIndex idx;
+  std::set<std::string> shards;
+  for (const auto& [tensor, shard] : wm->items()) {
+    if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>()) ||
+        !shard.get<std::string>().ends_with(".safetensors"))
+      fail(ErrorKind::kBadInput, "{}: tensor {} maps to {}, not a plain .safetensors file name",
+           name, tensor, shard.dump());
+    idx.weight_map[tensor] = shard.get<std::string>();
+    shards.insert(shard.get<std::string>());
+  }
+  idx.shards.assign(shards.begin(), shards.end());
+  return idx;
+}
+
+Delimiters parse_delimiters(std::string_view text, const std::string& name) {
+  Json j = parse_object(text, name);
+  auto added = j.find("added_tokens");
+  if (added == j.end() || !added->is_array())
+    fail(ErrorKind::kBadInput, "{}: \"added_tokens\" must be a list", name);
+  auto find = [&](const char* content) -> int64_t {
+    int64_t found = -1;
+    for (const Json& t : *added) {
+      if (!t.is_object() || t.value("content", Json()) != content) continue;
+      auto id = t.find("id");
+      if (id == t.end() || !id->is_number_integer() || id->get<int64_t>() < 0)
+        fail(ErrorKind::kBadInput, "{}: added token {} has no valid id", name, content);
+      if (found >= 0 && found != id->get<int64_t>())
+        fail(ErrorKind::kBadInput, "{}: added token {} appears with two ids", name, content);
+      found = id->get<int64_t>();
+    }
+    if (found < 0)
+      fail(ErrorKind::kBadInput, "{}: added_tokens has no {} (a Kev delimiter)", name, content);
+    return found;
+  };
+  Delimiters d;
+  d.state = find("<|fim_prefix|>");
+  d.question = find("<|fim_middle|>");
+  d.option_open = find("<|box_start|>");
+  d.option_close = find("<|box_end|>");
+  d.decide = find("<|fim_suffix|>");
+  return d;
+}
+
+}  // namespace kev
