@@ -17,10 +17,10 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include <optional>
-#include <string_view>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -42,23 +42,30 @@ struct TorchTensor {
 };
 
 struct PyValue;
+struct PyDict;
 using PyList = std::vector<PyValue>;
-using PyDict = std::vector<std::pair<PyValue, PyValue>>;  // insertion order kept
 
 struct PyValue {
   struct None {};
-  struct Tuple { PyList items; };
+  struct Tuple {
+    PyList items;
+  };
   std::variant<None, bool, int64_t, double, std::string, std::vector<uint8_t> /*bytes*/, PyList,
                Tuple, std::shared_ptr<PyDict>, std::shared_ptr<TorchTensor>>
       v;
 
   bool is_none() const { return std::holds_alternative<None>(v); }
-  const PyDict* as_dict() const;               // nullptr if not a dict/OrderedDict
+  const PyDict* as_dict() const;                   // nullptr if not a dict/OrderedDict
   const PyValue* get(std::string_view key) const;  // dict lookup by str key; nullptr if absent
   const std::string* as_string() const;
   const TorchTensor* as_tensor() const;
-  std::optional<double> as_number() const;     // int or float
-  std::string type_name() const;               // for error messages
+  std::optional<double> as_number() const;  // int or float
+  std::string type_name() const;            // for error messages
+};
+
+// A dict or collections.OrderedDict (`ordered`), insertion order kept, keys unique.
+struct PyDict : std::vector<std::pair<PyValue, PyValue>> {
+  bool ordered = false;
 };
 
 // Reads a torch.save zip archive. Throws Error(kBadInput) for anything malformed or not
@@ -67,8 +74,11 @@ PyValue read_torch_checkpoint(const std::string& path);
 // The same from bytes in memory (the fuzz target uses this).
 PyValue read_torch_checkpoint_bytes(const std::string& bytes, const std::string& name_for_errors);
 
-// Writes `root` (a dict whose values are plain values, dicts or contiguous tensors) as a
-// torch.save-compatible zip archive named with `archive_name` as the record prefix.
+// Writes `root` (a dict whose values are plain values, dicts or tensors) as a torch.save
+// compatible zip archive (pickle protocol 2, one storage per tensor, version 3, byteorder
+// little, 64-byte aligned stored entries) named with `archive_name` as the record prefix.
+// Tensors are written from their `bytes` (contiguous, row-major); strides, offset, key and
+// location are ignored. The file is created exclusively and fsynced; throws Error(kIo).
 void write_torch_checkpoint(const std::string& path, const PyValue& root,
                             const std::string& archive_name = "archive");
 
