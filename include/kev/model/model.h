@@ -1,0 +1,83 @@
+// The Qwen3.5 hybrid text backbone on CPU: load a model directory, compute a prefix state once,
+// run any number of independent rows continuing from it.
+//
+// Contract:
+// - Model::load validates config and weights (see weights.h) and keeps the BF16 weights mapped.
+// - Arithmetic is FP32 on BF16 weights, in the fixed orders documented in gemm.h / forward.cpp;
+//   a row's result never depends on which other rows run with it, in which order, or on the
+//   thread count. With GdnMode::kRecurrent (default), prefix + row gives bitwise the same hidden
+//   states as prefix-then-row run as one sequence.
+// - PrefixState is an immutable value: run_rows/extend only read it.
+// - Ids must be < vocab, positions >= 0 (default: continuing after the state, i.e. state.length,
+//   state.length + 1, ...). Violations throw Error(kBadInput).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kev/model/config.h"
+#include "kev/model/weights.h"
+
+namespace kev {
+
+enum class GdnMode {
+  kRecurrent,  // per-token recurrence: the exact reference form
+  kChunked,    // chunks of 64 tokens (UT-transform form); faster on long sequences
+};
+
+struct ForwardOptions {
+  GdnMode gdn = GdnMode::kRecurrent;
+  size_t threads = 0;  // 0 = default_workers()
+};
+
+// Per-layer cache after a prefix. Attention layers: k, v [length, kv_heads * head_dim] (after
+// k_norm and RoPE). GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest
+// first, zeros before the start), s [lin_v_heads, lin_k_dim, lin_v_dim] recurrent state.
+struct LayerState {
+  std::vector<float> k, v, conv, s;
+};
+
+struct PrefixState {
+  int64_t length = 0;
+  std::vector<LayerState> layers;
+};
+
+struct RowRequest {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;  // empty: prefix.length + i
+  std::vector<int64_t> readout;    // indices into the row to return; empty: all
+};
+
+struct RowResult {
+  int64_t rows = 0;           // number of returned positions
+  std::vector<float> hidden;  // [rows, hidden] final-normed hidden states
+};
+
+class Model {
+ public:
+  static std::unique_ptr<Model> load(const std::string& model_dir, ForwardOptions options = {});
+  explicit Model(std::unique_ptr<ModelWeights> weights, ForwardOptions options = {});
+  ~Model();
+
+  const ModelConfig& config() const { return weights_->config(); }
+  const ModelWeights& weights() const { return *weights_; }
+  const ForwardOptions& options() const { return options_; }
+  void set_options(const ForwardOptions& o) { options_ = o; }
+
+  PrefixState empty_state() const;
+  // Runs `ids` after `from` and returns the longer state; `hidden` (if not null) receives the
+  // final-normed hidden states [ids.size(), hidden].
+  PrefixState extend(const PrefixState& from, const std::vector<int32_t>& ids,
+                     const std::vector<int64_t>& positions = {},
+                     std::vector<float>* hidden = nullptr) const;
+  // Runs every row as its own continuation of `prefix`; rows are batched through the GEMMs.
+  std::vector<RowResult> run_rows(const PrefixState& prefix,
+                                  const std::vector<RowRequest>& rows) const;
+
+ private:
+  std::unique_ptr<ModelWeights> weights_;
+  ForwardOptions options_;
+};
+
+}  // namespace kev

@@ -1,0 +1,69 @@
+// Qwen3.5 text weights from a model directory (export bundle or base checkpoint).
+//
+// Contract: ModelWeights::load(dir) reads config.json, then model.safetensors.index.json plus
+// its shards (or a single model.safetensors), memory-maps them and checks every language-model
+// tensor for presence, shape and dtype against the config. Big matrices stay in the mapping
+// (BF16, never copied); small vectors (norms, A_log, dt_bias, conv taps) are widened to owned
+// F32 copies. Tensor names may carry the prefix `model.language_model.`, `model.` or none;
+// `visual`/`mtp`/`lm_head` tensors are ignored; any other unexpected tensor under the language
+// prefix is refused. Dtypes: matrices and the embedding must be BF16; the small vectors
+// (A_log, dt_bias, GDN norm.weight, RMSNorm weights, conv1d taps) may be BF16 or F32 (the
+// released base stores A_log and the GDN norm in F32, everything else in BF16).
+// Errors: kBadInput naming the file and tensor.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kev/formats/safetensors.h"
+#include "kev/model/config.h"
+
+namespace kev {
+
+// Row-major [rows, cols] BF16 matrix inside a mapping; may be unaligned.
+struct Bf16Matrix {
+  const uint16_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+struct AttentionWeights {
+  Bf16Matrix q, k, v,
+      o;  // q: [heads*head_dim*2, hidden], per head head_dim query rows then head_dim gate rows
+  std::vector<float> q_norm, k_norm;
+};
+
+struct GdnWeights {
+  Bf16Matrix qkv, z, a, b, out;
+  std::vector<float> conv;  // [conv_dim, conv_kernel]
+  std::vector<float> a_log, dt_bias, norm;
+};
+
+struct LayerWeights {
+  bool full_attention = false;
+  std::vector<float> input_norm, post_norm;
+  Bf16Matrix gate, up, down;
+  AttentionWeights attn;
+  GdnWeights gdn;
+};
+
+class ModelWeights {
+ public:
+  static std::unique_ptr<ModelWeights> load(const std::string& model_dir);
+
+  const ModelConfig& config() const { return config_; }
+  const Bf16Matrix& embed() const { return embed_; }
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  ModelConfig config_;
+  std::string prefix_;
+  Bf16Matrix embed_;
+  std::vector<float> final_norm_;
+  std::vector<LayerWeights> layers_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+};
+
+}  // namespace kev

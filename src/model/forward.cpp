@@ -1,0 +1,570 @@
+// The Qwen3.5 text forward. Facts checked against the upstream Qwen3.5 implementation
+// (Hugging Face transformers modeling_qwen3_5, which also carries the torch chunked and
+// recurrent gated-delta-rule references):
+// - RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), computed in FP32 (input, post-attention,
+//   final, q_norm, k_norm). The GDN output norm is x * rsqrt(mean(x^2) + eps) * w * silu(z).
+// - Attention: q_proj output viewed as [heads, 2 * head_dim], first half query, second half
+//   gate; q_norm/k_norm per head; RoPE on the first rotary_dim dims with rotate_half pairs
+//   (d, d + rot/2), inv_freq = theta^(-2i/rot); KV head of query head h is h / (heads /
+//   kv_heads) (repeat_kv = repeat_interleave); scale head_dim^-0.5; softmax in FP32; output
+//   * sigmoid(gate) before o_proj. For text the three mrope position streams are equal, so the
+//   interleaved sections give plain RoPE. Angles here are computed in double then rounded
+//   (upstream multiplies in FP32; the difference is below one FP32 ulp of the angle times pos).
+// - GDN: in_proj_qkv output (q | k | v, all heads) goes through ONE causal depthwise conv
+//   (kernel K, no bias, zero history or the cached last K-1 pre-conv inputs) then SiLU; then
+//   split; beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias); q, k L2-normalised as
+//   x * rsqrt(sum x^2 + 1e-6) (eps inside, added to the sum), then q * dk^-0.5; value head h
+//   uses key head h / (LV / LK) (repeat_interleave, not tile); per token: decay S first, then
+//   m = S^T k, S += k (beta (v - m))^T, o = S^T q (output read from the updated state).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kev/core/bf16.h"
+#include "kev/core/error.h"
+#include "kev/core/threads.h"
+#include "kev/model/gemm.h"
+#include "kev/model/model.h"
+#include "model/vec.h"
+
+namespace kev {
+namespace {
+
+constexpr int64_t kChunk = 64;
+constexpr float kL2Eps = 1e-6f;
+
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+inline float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+// torch.nn.functional.softplus (beta 1, threshold 20).
+inline float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
+
+struct Segment {
+  const int32_t* ids;
+  std::vector<int64_t> positions;
+  int64_t len = 0, offset = 0;  // rows [offset, offset + len) of the batch
+};
+
+// Scratch for one batch; sized once per call, so nothing is allocated per token or per layer.
+struct Workspace {
+  std::vector<float> x, xn, mix, big1, big2, qkv, aux1, aux2, cos, sin;
+};
+
+void rmsnorm_rows(const float* x, float* out, int64_t rows, int64_t n, const float* w,
+                  bool plus_one, float eps, size_t threads) {
+  parallel_for(
+      static_cast<size_t>(rows),
+      [&](size_t r) {
+        const float* xr = x + static_cast<int64_t>(r) * n;
+        float* o = out + static_cast<int64_t>(r) * n;
+        float inv = 1.0f / std::sqrt(vec::sum_sq(xr, n) / static_cast<float>(n) + eps);
+        for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * inv * (plus_one ? 1.0f + w[i] : w[i]);
+      },
+      threads);
+}
+
+void rmsnorm_inplace(float* x, int64_t n, const float* w, float eps) {
+  float inv = 1.0f / std::sqrt(vec::sum_sq(x, n) / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
+}
+
+void rope_inplace(float* x, const float* c, const float* s, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    float x1 = x[i], x2 = x[i + half];
+    x[i] = x1 * c[i] - x2 * s[i];
+    x[i + half] = x2 * c[i] + x1 * s[i];
+  }
+}
+
+class Runner {
+ public:
+  Runner(const ModelWeights& w, const ForwardOptions& o)
+      : w_(w), c_(w.config()), threads_(o.threads ? o.threads : default_workers()), mode_(o.gdn) {}
+
+  // Runs the segments (each continuing `from`) and writes final-normed hidden states [T, H].
+  // With state_out (only for one segment) the extended state is returned there.
+  void run(const PrefixState& from, std::vector<Segment>& segs, std::vector<float>& out,
+           PrefixState* state_out) {
+    total_ = 0;
+    for (auto& s : segs) {
+      s.offset = total_;
+      total_ += s.len;
+    }
+    const int64_t t = total_, h = c_.hidden;
+    allocate(t);
+    embed(segs);
+    rope_tables(segs);
+    if (state_out) {
+      state_out->length = from.length + segs[0].len;
+      state_out->layers.assign(static_cast<size_t>(c_.layers), {});
+    }
+    for (int64_t l = 0; l < c_.layers; ++l) {
+      const LayerWeights& lw = w_.layers()[static_cast<size_t>(l)];
+      const LayerState& in = from.layers[static_cast<size_t>(l)];
+      LayerState* st = state_out ? &state_out->layers[static_cast<size_t>(l)] : nullptr;
+      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.input_norm.data(), true, eps(), threads_);
+      if (lw.full_attention)
+        attention(lw.attn, in, segs, st);
+      else
+        gdn(lw.gdn, in, segs, st);
+      add_into_x();
+      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.post_norm.data(), true, eps(), threads_);
+      mlp(lw);
+      add_into_x();
+    }
+    out.resize(static_cast<size_t>(t * h));
+    rmsnorm_rows(ws_.x.data(), out.data(), t, h, w_.final_norm().data(), true, eps(), threads_);
+  }
+
+ private:
+  float eps() const { return static_cast<float>(c_.rms_eps); }
+  size_t z(int64_t n) const { return static_cast<size_t>(n); }
+
+  void allocate(int64_t t) {
+    const int64_t h = c_.hidden;
+    int64_t big = std::max({c_.intermediate, c_.heads * c_.head_dim * 2, c_.lin_v_total()});
+    int64_t aux = std::max({c_.kv_heads * c_.head_dim, c_.lin_v_heads, c_.heads * c_.head_dim});
+    ws_.x.resize(z(t * h));
+    ws_.xn.resize(z(t * h));
+    ws_.mix.resize(z(t * h));
+    ws_.big1.resize(z(t * big));
+    ws_.big2.resize(z(t * big));
+    ws_.qkv.resize(z(t * std::max(c_.conv_dim(), c_.kv_heads * c_.head_dim)));
+    ws_.aux1.resize(z(t * std::max(aux, c_.conv_dim())));
+    ws_.aux2.resize(z(t * aux));
+    ws_.cos.resize(z(t * c_.rotary_dim / 2));
+    ws_.sin.resize(z(t * c_.rotary_dim / 2));
+  }
+
+  void embed(const std::vector<Segment>& segs) {
+    const int64_t h = c_.hidden;
+    for (const auto& s : segs)
+      for (int64_t i = 0; i < s.len; ++i) {
+        const uint16_t* src = w_.embed().data + static_cast<int64_t>(s.ids[i]) * h;
+        float* dst = ws_.x.data() + (s.offset + i) * h;
+        for (int64_t d = 0; d < h; ++d) {
+          uint16_t b;
+          std::memcpy(&b, src + d, 2);
+          dst[d] = bf16_to_f32(b);
+        }
+      }
+  }
+
+  void rope_tables(const std::vector<Segment>& segs) {
+    const int64_t half = c_.rotary_dim / 2;
+    for (const auto& s : segs)
+      for (int64_t i = 0; i < s.len; ++i)
+        for (int64_t f = 0; f < half; ++f) {
+          double inv_freq = std::pow(
+              c_.rope_theta, -2.0 * static_cast<double>(f) / static_cast<double>(c_.rotary_dim));
+          double angle = static_cast<double>(s.positions[z(i)]) * inv_freq;
+          ws_.cos[z((s.offset + i) * half + f)] = static_cast<float>(std::cos(angle));
+          ws_.sin[z((s.offset + i) * half + f)] = static_cast<float>(std::sin(angle));
+        }
+  }
+
+  void add_into_x() {
+    const int64_t n = total_ * c_.hidden;
+    for (int64_t i = 0; i < n; ++i) ws_.x[z(i)] += ws_.mix[z(i)];
+  }
+
+  void gemm(const float* x, int64_t ldx, const Bf16Matrix& m, float* y) {
+    gemm_bf16(x, total_, ldx, m, y, m.rows, threads_);
+  }
+
+  void mlp(const LayerWeights& lw) {
+    const int64_t i_dim = c_.intermediate;
+    gemm(ws_.xn.data(), c_.hidden, lw.gate, ws_.big1.data());
+    gemm(ws_.xn.data(), c_.hidden, lw.up, ws_.big2.data());
+    float* g = ws_.big1.data();
+    const float* u = ws_.big2.data();
+    parallel_for(
+        z(total_),
+        [&](size_t r) {
+          for (int64_t i = static_cast<int64_t>(r) * i_dim; i < static_cast<int64_t>(r + 1) * i_dim;
+               ++i)
+            g[i] = silu(g[i]) * u[i];
+        },
+        threads_);
+    gemm(g, i_dim, lw.down, ws_.mix.data());
+  }
+
+  // ---- full attention ----
+  void attention(const AttentionWeights& a, const LayerState& in, const std::vector<Segment>& segs,
+                 LayerState* st) {
+    const int64_t hd = c_.head_dim, nh = c_.heads, nkv = c_.kv_heads, half = c_.rotary_dim / 2;
+    const int64_t qg_w = nh * hd * 2, kv_w = nkv * hd;
+    float* qg = ws_.big1.data();  // [T, nh * 2hd]
+    float* kb = ws_.qkv.data();   // [T, kv_w]
+    float* vb = ws_.aux2.data();  // [T, kv_w]
+    float* qb = ws_.big2.data();  // [T, nh * hd] normed + roped queries
+    float* ao = ws_.aux1.data();  // [T, nh * hd]
+    gemm(ws_.xn.data(), c_.hidden, a.q, qg);
+    gemm(ws_.xn.data(), c_.hidden, a.k, kb);
+    gemm(ws_.xn.data(), c_.hidden, a.v, vb);
+    parallel_for(
+        z(total_),
+        [&](size_t r) {
+          const int64_t t = static_cast<int64_t>(r);
+          const float* cs = ws_.cos.data() + t * half;
+          const float* sn = ws_.sin.data() + t * half;
+          for (int64_t hh = 0; hh < nh; ++hh) {
+            float* q = qb + t * nh * hd + hh * hd;
+            std::memcpy(q, qg + t * qg_w + hh * 2 * hd, z(hd) * 4);
+            rmsnorm_inplace(q, hd, a.q_norm.data(), eps());
+            rope_inplace(q, cs, sn, half);
+          }
+          for (int64_t g = 0; g < nkv; ++g) {
+            float* k = kb + t * kv_w + g * hd;
+            rmsnorm_inplace(k, hd, a.k_norm.data(), eps());
+            rope_inplace(k, cs, sn, half);
+          }
+        },
+        threads_);
+    const int64_t past = static_cast<int64_t>(in.k.size()) / kv_w;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const size_t tasks = segs.size() * z(nh);
+    parallel_for(
+        tasks,
+        [&](size_t task) {
+          const Segment& s = segs[task / z(nh)];
+          const int64_t hh = static_cast<int64_t>(task % z(nh));
+          const int64_t g = hh / (nh / nkv);
+          std::vector<float> p(z(past + s.len));
+          for (int64_t i = 0; i < s.len; ++i) {
+            const int64_t t = s.offset + i;
+            const float* q = qb + t * nh * hd + hh * hd;
+            const int64_t n = past + i + 1;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < n; ++j) {
+              const float* k = j < past ? in.k.data() + j * kv_w + g * hd
+                                        : kb + (s.offset + j - past) * kv_w + g * hd;
+              p[z(j)] = vec::dot(q, k, hd) * scale;
+              mx = std::max(mx, p[z(j)]);
+            }
+            float sum = 0.0f;
+            for (int64_t j = 0; j < n; ++j) {
+              p[z(j)] = std::exp(p[z(j)] - mx);
+              sum += p[z(j)];
+            }
+            float* o = ao + t * nh * hd + hh * hd;
+            std::fill(o, o + hd, 0.0f);
+            for (int64_t j = 0; j < n; ++j) {
+              const float* v = j < past ? in.v.data() + j * kv_w + g * hd
+                                        : vb + (s.offset + j - past) * kv_w + g * hd;
+              vec::axpy(o, p[z(j)] / sum, v, hd);
+            }
+            const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
+            for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
+          }
+        },
+        threads_);
+    if (st) {
+      const Segment& s = segs[0];
+      st->k = in.k;
+      st->v = in.v;
+      st->k.insert(st->k.end(), kb + s.offset * kv_w, kb + (s.offset + s.len) * kv_w);
+      st->v.insert(st->v.end(), vb + s.offset * kv_w, vb + (s.offset + s.len) * kv_w);
+    }
+    gemm(ao, nh * hd, a.o, ws_.mix.data());
+  }
+
+  // ---- Gated DeltaNet ----
+  void gdn(const GdnWeights& gw, const LayerState& in, const std::vector<Segment>& segs,
+           LayerState* st) {
+    const int64_t cd = c_.conv_dim(), kk = c_.conv_kernel, lk = c_.lin_k_heads, lv = c_.lin_v_heads,
+                  dk = c_.lin_k_dim, dv = c_.lin_v_dim, vt = c_.lin_v_total();
+    float* raw = ws_.qkv.data();    // [T, cd] pre-conv
+    float* conv = ws_.aux1.data();  // [T, cd] post-conv, SiLU, q/k normalised
+    float* zb = ws_.big1.data();    // [T, vt]
+    float* ob = ws_.big2.data();    // [T, vt]
+    float* ab = ws_.aux2.data();    // [T, lv] -> g
+    float* bb = ws_.mix.data();     // [T, lv] -> beta (mix is free until out_proj)
+    gemm(ws_.xn.data(), c_.hidden, gw.qkv, raw);
+    gemm(ws_.xn.data(), c_.hidden, gw.z, zb);
+    gemm(ws_.xn.data(), c_.hidden, gw.a, ab);
+    gemm(ws_.xn.data(), c_.hidden, gw.b, bb);
+    const int64_t hist = kk - 1;
+    const bool has_hist = !in.conv.empty();
+    // Causal depthwise conv over (history, segment) then SiLU; rows independent per segment.
+    const int64_t cblock = 256;
+    const int64_t nblocks = (cd + cblock - 1) / cblock;
+    parallel_for(
+        segs.size() * z(nblocks),
+        [&](size_t task) {
+          const Segment& s = segs[task / z(nblocks)];
+          const int64_t c0 = static_cast<int64_t>(task % z(nblocks)) * cblock;
+          const int64_t c1 = std::min(cd, c0 + cblock);
+          for (int64_t i = 0; i < s.len; ++i) {
+            const int64_t t = s.offset + i;
+            for (int64_t ch = c0; ch < c1; ++ch) {
+              float acc = 0.0f;
+              for (int64_t j = 0; j < kk; ++j) {
+                int64_t src = i - hist + j;  // index into the segment; < 0 means history
+                float xv;
+                if (src >= 0)
+                  xv = raw[(s.offset + src) * cd + ch];
+                else
+                  xv = has_hist ? in.conv[z((hist + src) * cd + ch)] : 0.0f;
+                acc += gw.conv[z(ch * kk + j)] * xv;
+              }
+              conv[t * cd + ch] = silu(acc);
+            }
+          }
+        },
+        threads_);
+    const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+    parallel_for(
+        z(total_),
+        [&](size_t r) {
+          const int64_t t = static_cast<int64_t>(r);
+          for (int64_t hh = 0; hh < 2 * lk; ++hh) {
+            float* x = conv + t * cd + hh * dk;
+            float inv = 1.0f / std::sqrt(vec::sum_sq(x, dk) + kL2Eps);
+            vec::scale(x, inv, dk);
+            if (hh < lk) vec::scale(x, qscale, dk);
+          }
+          for (int64_t hh = 0; hh < lv; ++hh) {
+            float& a = ab[t * lv + hh];
+            a = -std::exp(gw.a_log[z(hh)]) * softplus(a + gw.dt_bias[z(hh)]);
+            float& b = bb[t * lv + hh];
+            b = sigmoid(b);
+          }
+        },
+        threads_);
+    if (st) {
+      const Segment& s = segs[0];
+      st->conv.assign(z(hist * cd), 0.0f);
+      for (int64_t r = 0; r < hist; ++r) {
+        int64_t src = s.len - hist + r;  // index into the segment
+        const float* p = nullptr;
+        if (src >= 0)
+          p = raw + (s.offset + src) * cd;
+        else if (has_hist)
+          p = in.conv.data() + (hist + src) * cd;
+        if (p) std::memcpy(st->conv.data() + r * cd, p, z(cd) * 4);
+      }
+      st->s.assign(z(lv * dk * dv), 0.0f);
+    }
+    const int64_t group = lv / lk;
+    parallel_for(
+        segs.size() * z(lv),
+        [&](size_t task) {
+          const Segment& s = segs[task / z(lv)];
+          const int64_t hh = static_cast<int64_t>(task % z(lv));
+          const int64_t kh = hh / group;
+          std::vector<float> state(z(dk * dv), 0.0f);
+          if (!in.s.empty())
+            std::memcpy(state.data(), in.s.data() + hh * dk * dv, state.size() * 4);
+          HeadView v{conv + s.offset * cd + kh * dk,
+                     conv + s.offset * cd + lk * dk + kh * dk,
+                     conv + s.offset * cd + 2 * lk * dk + hh * dv,
+                     cd,
+                     ab + s.offset * lv + hh,
+                     bb + s.offset * lv + hh,
+                     lv,
+                     ob + s.offset * vt + hh * dv,
+                     vt};
+          if (mode_ == GdnMode::kChunked)
+            gdn_chunked(state.data(), v, s.len, dk, dv);
+          else
+            gdn_recurrent(state.data(), v, s.len, dk, dv);
+          if (st) std::memcpy(st->s.data() + hh * dk * dv, state.data(), state.size() * 4);
+        },
+        threads_);
+    // Gated RMSNorm per value head: rmsnorm(o) * w * silu(z).
+    parallel_for(
+        z(total_),
+        [&](size_t r) {
+          const int64_t t = static_cast<int64_t>(r);
+          for (int64_t hh = 0; hh < lv; ++hh) {
+            float* o = ob + t * vt + hh * dv;
+            const float* zz = zb + t * vt + hh * dv;
+            float inv = 1.0f / std::sqrt(vec::sum_sq(o, dv) / static_cast<float>(dv) + eps());
+            for (int64_t d = 0; d < dv; ++d) o[d] = o[d] * inv * gw.norm[z(d)] * silu(zz[d]);
+          }
+        },
+        threads_);
+    gemm(ob, vt, gw.out, ws_.mix.data());
+  }
+
+  struct HeadView {
+    const float *q, *k, *v;
+    int64_t qkv_stride;
+    const float *g, *beta;
+    int64_t gb_stride;
+    float* o;
+    int64_t o_stride;
+  };
+
+  static void gdn_recurrent(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) {
+    std::vector<float> m(static_cast<size_t>(dv));
+    for (int64_t t = 0; t < len; ++t) {
+      vec::gdn_step(s, dk, dv, std::exp(h.g[t * h.gb_stride]), h.k + t * h.qkv_stride,
+                    h.q + t * h.qkv_stride, h.v + t * h.qkv_stride, h.beta[t * h.gb_stride],
+                    h.o + t * h.o_stride, m.data());
+    }
+  }
+
+  // Chunked form (chunk 64): within a chunk with cumulative log-decay c_i,
+  //   A[i][j] = beta_i (k_i . k_j) exp(c_i - c_j) for j < i; (I + A) vnew = r with
+  //   r_i = beta_i (v_i - exp(c_i) S^T k_i), solved by forward substitution;
+  //   o_i = exp(c_i) S^T q_i + sum_{j<=i} (q_i . k_j) exp(c_i - c_j) vnew_j,
+  //   S <- exp(c_last) S + sum_j exp(c_last - c_j) k_j vnew_j^T.
+  // (The same UT-transform algebra as upstream's torch chunked reference.)
+  static void gdn_chunked(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) {
+    std::vector<float> cum(kChunk), u(z2(kChunk * dv)), kd(z2(dk));
+    for (int64_t c0 = 0; c0 < len; c0 += kChunk) {
+      const int64_t n = std::min(kChunk, len - c0);
+      auto q = [&](int64_t i) { return h.q + (c0 + i) * h.qkv_stride; };
+      auto k = [&](int64_t i) { return h.k + (c0 + i) * h.qkv_stride; };
+      auto v = [&](int64_t i) { return h.v + (c0 + i) * h.qkv_stride; };
+      auto beta = [&](int64_t i) { return h.beta[(c0 + i) * h.gb_stride]; };
+      float acc = 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        acc += h.g[(c0 + i) * h.gb_stride];
+        cum[z2(i)] = acc;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        float* ui = u.data() + i * dv;  // becomes vnew_i
+        const float bi = beta(i), ei = std::exp(cum[z2(i)]);
+        std::fill(ui, ui + dv, 0.0f);
+        for (int64_t d = 0; d < dk; ++d) vec::axpy(ui, k(i)[d], s + d * dv, dv);  // S^T k_i
+        for (int64_t d = 0; d < dv; ++d) ui[d] = bi * (v(i)[d] - ei * ui[d]);
+        for (int64_t j = 0; j < i; ++j) {
+          float aij = bi * vec::dot(k(i), k(j), dk) * std::exp(cum[z2(i)] - cum[z2(j)]);
+          vec::axpy(ui, -aij, u.data() + j * dv, dv);
+        }
+      }
+      // Outputs: inter-chunk read of the old state plus intra-chunk attention.
+      for (int64_t i = 0; i < n; ++i) {
+        float* o = h.o + (c0 + i) * h.o_stride;
+        std::fill(o, o + dv, 0.0f);
+        const float ei = std::exp(cum[z2(i)]);
+        for (int64_t d = 0; d < dk; ++d) vec::axpy(o, ei * q(i)[d], s + d * dv, dv);
+        for (int64_t j = 0; j <= i; ++j) {
+          float qk = vec::dot(q(i), k(j), dk) * std::exp(cum[z2(i)] - cum[z2(j)]);
+          vec::axpy(o, qk, u.data() + j * dv, dv);
+        }
+      }
+      const float last = cum[z2(n - 1)];
+      vec::scale(s, std::exp(last), dk * dv);
+      for (int64_t j = 0; j < n; ++j) {
+        const float ej = std::exp(last - cum[z2(j)]);
+        for (int64_t d = 0; d < dk; ++d) kd[z2(d)] = ej * k(j)[d];
+        for (int64_t d = 0; d < dk; ++d) vec::axpy(s + d * dv, kd[z2(d)], u.data() + j * dv, dv);
+      }
+    }
+  }
+  static size_t z2(int64_t n) { return static_cast<size_t>(n); }
+
+  const ModelWeights& w_;
+  const ModelConfig& c_;
+  size_t threads_;
+  GdnMode mode_;
+  Workspace ws_;
+  int64_t total_ = 0;
+};
+
+void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
+               const std::vector<int64_t>& positions, const std::string& what) {
+  if (ids.empty()) fail(ErrorKind::kBadInput, "{} has no tokens", what);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab)
+      fail(ErrorKind::kBadInput, "{}: token id {} at index {} is outside the vocabulary [0, {})",
+           what, ids[i], i, c.vocab);
+  if (!positions.empty() && positions.size() != ids.size())
+    fail(ErrorKind::kBadInput, "{}: {} positions for {} tokens", what, positions.size(),
+         ids.size());
+  for (size_t i = 0; i < positions.size(); ++i)
+    if (positions[i] < 0 || positions[i] > (int64_t{1} << 40))
+      fail(ErrorKind::kBadInput, "{}: position {} at index {} is out of range", what, positions[i],
+           i);
+}
+
+Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,
+                     const std::vector<int64_t>& positions) {
+  Segment s;
+  s.ids = ids.data();
+  s.len = static_cast<int64_t>(ids.size());
+  if (positions.empty())
+    for (int64_t i = 0; i < s.len; ++i) s.positions.push_back(from.length + i);
+  else
+    s.positions = positions;
+  return s;
+}
+
+void check_state(const ModelConfig& c, const PrefixState& s) {
+  if (static_cast<int64_t>(s.layers.size()) != c.layers)
+    fail(ErrorKind::kInternal, "prefix state has {} layers, model has {}", s.layers.size(),
+         c.layers);
+}
+
+}  // namespace
+
+Model::Model(std::unique_ptr<ModelWeights> weights, ForwardOptions options)
+    : weights_(std::move(weights)), options_(options) {}
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options) {
+  return std::make_unique<Model>(ModelWeights::load(model_dir), options);
+}
+
+PrefixState Model::empty_state() const {
+  PrefixState s;
+  s.layers.resize(static_cast<size_t>(config().layers));
+  return s;
+}
+
+PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& ids,
+                          const std::vector<int64_t>& positions, std::vector<float>* hidden) const {
+  check_state(config(), from);
+  check_ids(config(), ids, positions, "prefix");
+  std::vector<Segment> segs{make_segment(from, ids, positions)};
+  PrefixState out;
+  std::vector<float> h;
+  Runner(*weights_, options_).run(from, segs, h, &out);
+  if (hidden) *hidden = std::move(h);
+  return out;
+}
+
+std::vector<RowResult> Model::run_rows(const PrefixState& prefix,
+                                       const std::vector<RowRequest>& rows) const {
+  check_state(config(), prefix);
+  std::vector<Segment> segs;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::string what = "row " + std::to_string(r);
+    check_ids(config(), rows[r].ids, rows[r].positions, what);
+    for (int64_t i : rows[r].readout)
+      if (i < 0 || i >= static_cast<int64_t>(rows[r].ids.size()))
+        fail(ErrorKind::kBadInput, "{}: readout index {} is outside the row of {} tokens", what, i,
+             rows[r].ids.size());
+    segs.push_back(make_segment(prefix, rows[r].ids, rows[r].positions));
+  }
+  std::vector<RowResult> results(rows.size());
+  if (rows.empty()) return results;
+  std::vector<float> h;
+  Runner(*weights_, options_).run(prefix, segs, h, nullptr);
+  const int64_t hd = config().hidden;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const Segment& s = segs[r];
+    RowResult& res = results[r];
+    if (rows[r].readout.empty()) {
+      res.rows = s.len;
+      res.hidden.assign(h.begin() + s.offset * hd, h.begin() + (s.offset + s.len) * hd);
+    } else {
+      res.rows = static_cast<int64_t>(rows[r].readout.size());
+      for (int64_t i : rows[r].readout)
+        res.hidden.insert(res.hidden.end(), h.begin() + (s.offset + i) * hd,
+                          h.begin() + (s.offset + i + 1) * hd);
+    }
+  }
+  return results;
+}
+
+}  // namespace kev

@@ -1,0 +1,108 @@
+// ModelConfig: accepts the released layouts, refuses unsupported settings by name.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kev/core/error.h"
+#include "kev/model/config.h"
+
+namespace kev {
+namespace {
+
+nlohmann::json base_4b() {
+  nlohmann::json tc = {{"model_type", "qwen3_5_text"},
+                       {"hidden_size", 2560},
+                       {"intermediate_size", 9216},
+                       {"num_hidden_layers", 32},
+                       {"num_attention_heads", 16},
+                       {"num_key_value_heads", 4},
+                       {"head_dim", 256},
+                       {"linear_num_key_heads", 16},
+                       {"linear_num_value_heads", 32},
+                       {"linear_key_head_dim", 128},
+                       {"linear_value_head_dim", 128},
+                       {"linear_conv_kernel_dim", 4},
+                       {"full_attention_interval", 4},
+                       {"rms_norm_eps", 1e-6},
+                       {"vocab_size", 248320},
+                       {"attn_output_gate", true},
+                       {"hidden_act", "silu"},
+                       {"rope_parameters",
+                        {{"rope_type", "default"},
+                         {"rope_theta", 10000000},
+                         {"partial_rotary_factor", 0.25},
+                         {"mrope_section", {11, 11, 10}},
+                         {"mrope_interleaved", true}}}};
+  return {{"model_type", "qwen3_5"}, {"text_config", tc}};
+}
+
+ErrorKind kind_of(const nlohmann::json& j) {
+  try {
+    ModelConfig::parse(j.dump(), "config.json");
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  return ErrorKind::kInternal;  // "did not throw"
+}
+
+TEST(Config, Parses4b) {
+  ModelConfig c = ModelConfig::parse(base_4b().dump(), "config.json");
+  EXPECT_EQ(c.hidden, 2560);
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_EQ(c.conv_dim(), 8192);
+  ASSERT_EQ(c.full_attention.size(), 32u);
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(c.full_attention[l], l % 4 == 3) << l;
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e7);
+}
+
+TEST(Config, FlatRopeFieldsAndLayerTypes) {
+  auto j = base_4b();
+  auto& tc = j["text_config"];
+  tc.erase("rope_parameters");
+  tc["rope_theta"] = 1e6;
+  tc["partial_rotary_factor"] = 0.5;
+  nlohmann::json types = nlohmann::json::array();
+  for (int l = 0; l < 32; ++l) types.push_back(l == 0 ? "full_attention" : "linear_attention");
+  tc["layer_types"] = types;
+  ModelConfig c = ModelConfig::parse(j.dump(), "config.json");
+  EXPECT_EQ(c.rotary_dim, 128);
+  EXPECT_TRUE(c.full_attention[0]);
+  EXPECT_FALSE(c.full_attention[3]);
+}
+
+TEST(Config, RefusesUnsupportedSettings) {
+  auto set = [](const char* key, nlohmann::json v) {
+    auto j = base_4b();
+    j["text_config"][key] = v;
+    return j;
+  };
+  auto rope = [](const char* key, nlohmann::json v) {
+    auto j = base_4b();
+    j["text_config"]["rope_parameters"][key] = v;
+    return j;
+  };
+  EXPECT_EQ(kind_of(set("attn_output_gate", false)), ErrorKind::kUnsupported);
+  EXPECT_EQ(kind_of(set("attention_bias", true)), ErrorKind::kUnsupported);
+  EXPECT_EQ(kind_of(set("hidden_act", "gelu")), ErrorKind::kUnsupported);
+  EXPECT_EQ(kind_of(set("model_type", "qwen3_next")), ErrorKind::kUnsupported);
+  EXPECT_EQ(kind_of(rope("rope_type", "yarn")), ErrorKind::kUnsupported);
+  EXPECT_EQ(kind_of(rope("partial_rotary_factor", 0.01)), ErrorKind::kUnsupported);  // 2.56 dims
+  EXPECT_EQ(kind_of(rope("mrope_section", {8, 8, 8})), ErrorKind::kUnsupported);
+  EXPECT_EQ(kind_of(set("linear_num_value_heads", 24)), ErrorKind::kBadInput);  // 24 % 16
+  EXPECT_EQ(kind_of(set("num_key_value_heads", 3)), ErrorKind::kBadInput);
+  EXPECT_EQ(kind_of(set("hidden_size", "2560")), ErrorKind::kBadInput);
+  EXPECT_EQ(kind_of(set("layer_types", {"full_attention"})), ErrorKind::kBadInput);
+  auto missing = base_4b();
+  missing["text_config"].erase("linear_key_head_dim");
+  EXPECT_EQ(kind_of(missing), ErrorKind::kBadInput);
+  try {
+    ModelConfig::parse(set("attn_output_gate", false).dump(), "dir/config.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attn_output_gate"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("dir/config.json"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace kev
