@@ -1,0 +1,69 @@
+// The System1-Omni / Kev request and answer mapping (REFERENCE.md section 8).
+//
+// Contract:
+// - parse_request(json text): Error(kBadInput) for malformed JSON or invalid semantics (the
+//   server maps both kinds to its own statuses: it checks JSON syntax itself first, so every
+//   kBadInput from here on a well-formed body is a 422). Rules: body is an object; `state` is
+//   required (any JSON value, null allowed); `model` optional string (default "kev-latest");
+//   `questions` an object with >= 1 entry; each question an object with `type` choice | noul |
+//   score, `instructions` any JSON (missing = null); choice `criteria` an object of 1..255
+//   entries; noul `criteria` an object or null (only "false"/"true" read); score `criteria` an
+//   array of 1..255 levels. Duplicate keys in any JSON object are refused.
+// - render(): object/array/scalar -> text exactly as the upstream `render` (Python str() of
+//   scalars: True/False, shortest-repr floats; `key: value` lines, `- item`, two-space indent).
+// - Options in caller order: choice `name` or `name: render(desc)`; noul ["no[: desc]",
+//   "yes[: desc]"]; score render(level).
+// - answers_json(): per question, from its option probabilities (in option order):
+//   choice {"type","choice" (first argmax),"confidence" (pmax-1/K)/(1-1/K) (1 when K=1),
+//   "probabilities" {name: p}}; noul {"type","noul": p(yes)}; score {"type","score" sum i*p_i,
+//   "legend" {"i": text}, "probabilities" {"i": p}, "confidence" 1 - sum p_i|i-mode|/(L-1)
+//   (1 when L=1)}. Values rounded to `decimals` (Python round(x, n); default 4 as upstream;
+//   negative: unrounded). Sums run left to right in double.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kev/text/encoding.h"
+
+namespace kev {
+
+using OrderedJson = nlohmann::ordered_json;
+
+enum class QuestionType { kChoice, kNoul, kScore };
+
+struct ApiQuestion {
+  std::string id;
+  QuestionType type = QuestionType::kChoice;
+  std::string instructions;          // rendered
+  std::vector<std::string> options;  // rendered option texts, in order
+  std::vector<std::string> keys;     // probability keys: names / "false","true" / "0".."L-1"
+};
+
+struct ApiRequest {
+  std::string model;
+  std::string state;  // rendered
+  std::vector<ApiQuestion> questions;
+};
+
+inline constexpr size_t kMaxOptions = 255;
+
+OrderedJson parse_json_strict(std::string_view text, std::string_view what);
+ApiRequest parse_request(std::string_view json_text);
+ApiRequest request_from_json(const OrderedJson& body);
+std::string render(const OrderedJson& value, int indent = 0);
+std::string python_float_repr(double v);
+double python_round(double x, int decimals);
+Record to_record(const ApiRequest& request);
+const char* type_name(QuestionType t);
+
+struct AnswerOptions {
+  int decimals = 4;
+};
+// probabilities[q] holds question q's option probabilities in option order.
+OrderedJson answers_json(const ApiRequest& request,
+                         const std::vector<std::vector<double>>& probabilities,
+                         const AnswerOptions& options = {});
+
+}  // namespace kev

@@ -1,0 +1,306 @@
+// Rules confirmed against the upstream Kev source (kev/api.py) and a published host port of it:
+// render(), option_text(), question_keys(), to_record(), choice_confidence(), round_prob().
+// Unconfirmed or deliberately different (see the header and docs): the score confidence
+// follows REFERENCE.md (1 - E|i-mode|/(L-1)); a later upstream version divides by the mean
+// distance of a uniform distribution instead. Integers beyond 64 bits render as floats
+// (Python keeps them exact). Duplicate JSON keys are refused (Python keeps the last one).
+#include "kev/text/api.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "kev/core/error.h"
+#include "kev/text/utf8.h"
+
+namespace kev {
+namespace {
+
+std::string python_lstrip(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = i;
+    if (!is_python_space(next_code_point(s, j))) break;
+    i = j;
+  }
+  return s.substr(i);
+}
+
+std::string scalar_text(const OrderedJson& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  if (v.is_number_integer()) {
+    return v.is_number_unsigned() ? std::to_string(v.get<uint64_t>())
+                                  : std::to_string(v.get<int64_t>());
+  }
+  return python_float_repr(v.get<double>());
+}
+
+bool is_container(const OrderedJson& v) {
+  return v.is_object() || v.is_array();
+}
+
+std::string option_text(const std::string& name, const OrderedJson* desc) {
+  if (!desc || desc->is_null() ||
+      (desc->is_string() && desc->get_ref<const std::string&>().empty())) {
+    return name;
+  }
+  return name + ": " + render(*desc);
+}
+
+[[noreturn]] void bad(const std::string& msg) {
+  throw Error(ErrorKind::kBadInput, msg);
+}
+
+}  // namespace
+
+std::string python_float_repr(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);  // shortest round-trip digits: "-d.ddde+XX"
+  bool neg = sci[0] == '-';
+  if (neg) sci.erase(0, 1);
+  size_t epos = sci.find('e');
+  std::string mant = sci.substr(0, epos);
+  int exp = std::atoi(sci.c_str() + epos + 1);
+  std::string digits;
+  for (char c : mant) {
+    if (c != '.') digits += c;
+  }
+  std::string out;
+  if (exp >= -5 + 1 && exp < 16) {  // Python repr: fixed when -4 <= exp < 16
+    if (exp < 0) {
+      out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+    } else if (static_cast<size_t>(exp) + 1 >= digits.size()) {
+      out = digits + std::string(static_cast<size_t>(exp) + 1 - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, static_cast<size_t>(exp) + 1) + "." +
+            digits.substr(static_cast<size_t>(exp) + 1);
+    }
+  } else {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char e[16];
+    std::snprintf(e, sizeof(e), "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+    out += e;
+  }
+  return neg ? "-" + out : out;
+}
+
+double python_round(double x, int decimals) {
+  if (decimals < 0 || !std::isfinite(x)) return x;
+  // printf rounds the exact binary value to nearest, ties to even, as Python's round() does;
+  // the decimal string then converts to the nearest double.
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, x);
+  return std::strtod(buf, nullptr);
+}
+
+std::string render(const OrderedJson& v, int indent) {
+  std::string pad(static_cast<size_t>(indent) * 2, ' ');
+  if (v.is_null()) return "";
+  if (!is_container(v)) return scalar_text(v);
+  std::string out;
+  bool first = true;
+  if (v.is_array()) {
+    for (const auto& x : v) {
+      if (!first) out += '\n';
+      first = false;
+      out += pad + "- " + python_lstrip(render(x, indent + 1));
+    }
+    return out;
+  }
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!first) out += '\n';
+    first = false;
+    if (is_container(it.value())) {
+      out += pad + it.key() + ":\n" + render(it.value(), indent + 1);
+    } else {
+      out += pad + it.key() + ": " + render(it.value());
+    }
+  }
+  return out;
+}
+
+const char* type_name(QuestionType t) {
+  switch (t) {
+    case QuestionType::kChoice:
+      return "choice";
+    case QuestionType::kNoul:
+      return "noul";
+    case QuestionType::kScore:
+      return "score";
+  }
+  return "?";
+}
+
+OrderedJson parse_json_strict(std::string_view text, std::string_view what) {
+  std::vector<std::set<std::string>> keys;
+  auto callback = [&](int, nlohmann::detail::parse_event_t event, OrderedJson& parsed) {
+    using E = nlohmann::detail::parse_event_t;
+    if (event == E::object_start) {
+      keys.emplace_back();
+    } else if (event == E::object_end) {
+      keys.pop_back();
+    } else if (event == E::key) {
+      const std::string& k = parsed.get_ref<const std::string&>();
+      if (!keys.back().insert(k).second) {
+        bad(fmt::format("{}: duplicate key \"{}\" in a JSON object", what, k));
+      }
+    }
+    return true;
+  };
+  OrderedJson j = OrderedJson::parse(text.begin(), text.end(), callback, false);
+  if (j.is_discarded()) bad(fmt::format("{} is not valid JSON", what));
+  return j;
+}
+
+ApiRequest parse_request(std::string_view json_text) {
+  return request_from_json(parse_json_strict(json_text, "the request body"));
+}
+
+ApiRequest request_from_json(const OrderedJson& body) {
+  if (!body.is_object()) bad("the request must be a JSON object");
+  ApiRequest r;
+  if (!body.contains("state")) bad("state: field required");
+  r.model = "kev-latest";
+  if (auto it = body.find("model"); it != body.end()) {
+    if (!it->is_string()) bad("model: must be a string");
+    r.model = it->get<std::string>();
+  }
+  auto qs = body.find("questions");
+  if (qs == body.end()) bad("questions: field required");
+  if (!qs->is_object()) bad("questions: must be an object of question id -> question");
+  if (qs->empty()) bad("questions: at least one question is required");
+  for (auto it = qs->begin(); it != qs->end(); ++it) {
+    const std::string& id = it.key();
+    const OrderedJson& q = it.value();
+    if (!q.is_object()) bad(fmt::format("questions.{}: must be an object", id));
+    auto t = q.find("type");
+    if (t == q.end() || !t->is_string()) {
+      bad(fmt::format("questions.{}.type: must be one of 'choice', 'noul', 'score'", id));
+    }
+    ApiQuestion out;
+    out.id = id;
+    const std::string& type = t->get_ref<const std::string&>();
+    if (auto in = q.find("instructions"); in != q.end()) out.instructions = render(*in);
+    auto crit = q.find("criteria");
+    const OrderedJson* c = crit == q.end() ? nullptr : &*crit;
+    if (type == "noul") {
+      out.type = QuestionType::kNoul;
+      if (c && !c->is_null() && !c->is_object()) {
+        bad(fmt::format("questions.{}.criteria: a noul question takes an object or null", id));
+      }
+      const OrderedJson* no = nullptr;
+      const OrderedJson* yes = nullptr;
+      if (c && c->is_object()) {
+        if (auto f = c->find("false"); f != c->end()) no = &*f;
+        if (auto f = c->find("true"); f != c->end()) yes = &*f;
+      }
+      out.options = {option_text("no", no), option_text("yes", yes)};
+      out.keys = {"false", "true"};
+    } else if (type == "choice") {
+      out.type = QuestionType::kChoice;
+      if (!c) bad(fmt::format("questions.{}.criteria: field required", id));
+      if (!c->is_object()) {
+        bad(fmt::format("questions.{}.criteria: a choice question takes an object", id));
+      }
+      if (c->empty() || c->size() > kMaxOptions) {
+        bad(fmt::format("questions.{}.criteria: must have 1..{} options, not {}", id, kMaxOptions,
+                        c->size()));
+      }
+      for (auto o = c->begin(); o != c->end(); ++o) {
+        out.options.push_back(option_text(o.key(), &o.value()));
+        out.keys.push_back(o.key());
+      }
+    } else if (type == "score") {
+      out.type = QuestionType::kScore;
+      if (!c) bad(fmt::format("questions.{}.criteria: field required", id));
+      if (!c->is_array()) {
+        bad(fmt::format("questions.{}.criteria: a score question takes an array of levels", id));
+      }
+      if (c->empty() || c->size() > kMaxOptions) {
+        bad(fmt::format("questions.{}.criteria: must have 1..{} levels, not {}", id, kMaxOptions,
+                        c->size()));
+      }
+      for (size_t i = 0; i < c->size(); ++i) {
+        out.options.push_back(render((*c)[i]));
+        out.keys.push_back(std::to_string(i));
+      }
+    } else {
+      bad(fmt::format("questions.{}.type: must be one of 'choice', 'noul', 'score', not '{}'", id,
+                      type));
+    }
+    r.questions.push_back(std::move(out));
+  }
+  r.state = render(body["state"]);
+  return r;
+}
+
+Record to_record(const ApiRequest& request) {
+  Record rec;
+  rec.state = request.state;
+  for (const ApiQuestion& q : request.questions)
+    rec.questions.push_back({q.instructions, q.options});
+  return rec;
+}
+
+OrderedJson answers_json(const ApiRequest& request,
+                         const std::vector<std::vector<double>>& probabilities,
+                         const AnswerOptions& options) {
+  if (probabilities.size() != request.questions.size()) {
+    fail(ErrorKind::kInternal, "{} probability vectors for {} questions", probabilities.size(),
+         request.questions.size());
+  }
+  auto r = [&](double x) { return python_round(x, options.decimals); };
+  OrderedJson answers = OrderedJson::object();
+  for (size_t qi = 0; qi < request.questions.size(); ++qi) {
+    const ApiQuestion& q = request.questions[qi];
+    const std::vector<double>& p = probabilities[qi];
+    if (p.size() != q.options.size()) {
+      fail(ErrorKind::kInternal, "question {}: {} probabilities for {} options", q.id, p.size(),
+           q.options.size());
+    }
+    size_t argmax = 0;
+    for (size_t i = 1; i < p.size(); ++i) {
+      if (p[i] > p[argmax]) argmax = i;
+    }
+    const double k = static_cast<double>(p.size());
+    OrderedJson a = OrderedJson::object();
+    a["type"] = type_name(q.type);
+    if (q.type == QuestionType::kNoul) {
+      a["noul"] = r(p[1]);
+    } else if (q.type == QuestionType::kChoice) {
+      a["choice"] = q.keys[argmax];
+      a["confidence"] = r(p.size() == 1 ? 1.0 : (p[argmax] - 1.0 / k) / (1.0 - 1.0 / k));
+      OrderedJson dist = OrderedJson::object();
+      for (size_t i = 0; i < p.size(); ++i) dist[q.keys[i]] = r(p[i]);
+      a["probabilities"] = std::move(dist);
+    } else {
+      double score = 0.0, spread = 0.0;
+      for (size_t i = 0; i < p.size(); ++i) {
+        score += static_cast<double>(i) * p[i];
+        spread += p[i] * std::fabs(static_cast<double>(i) - static_cast<double>(argmax));
+      }
+      a["score"] = r(score);
+      OrderedJson legend = OrderedJson::object();
+      OrderedJson dist = OrderedJson::object();
+      for (size_t i = 0; i < p.size(); ++i) {
+        legend[q.keys[i]] = q.options[i];
+        dist[q.keys[i]] = r(p[i]);
+      }
+      a["legend"] = std::move(legend);
+      a["probabilities"] = std::move(dist);
+      a["confidence"] = r(p.size() == 1 ? 1.0 : 1.0 - spread / (k - 1.0));
+    }
+    answers[q.id] = std::move(a);
+  }
+  return answers;
+}
+
+}  // namespace kev
