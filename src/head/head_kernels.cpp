@@ -11,11 +11,15 @@
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12 reports its own _mm*_undefined_*() placeholders inside some intrinsics as
 // uninitialised once they are inlined; the warning is about the header, not this code.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #define KEV_HEAD_X86 1
 #endif
 
