@@ -4,8 +4,8 @@
 // and returns validated dimensions, or throws Error naming config.json and the field:
 // kBadInput for missing/ill-typed/inconsistent fields, kUnsupported for valid settings this
 // engine does not implement (non-default RoPE, attention without output gate, odd rotary dims,
-// attention bias, an activation other than SiLU, an mrope layout that does not reduce to
-// plain RoPE for text). Nothing here touches weights.
+// attention bias, an activation other than SiLU, mixture-of-experts). Any mrope_section reduces
+// to plain RoPE for text (all three position streams are equal). Nothing here touches weights.
 #pragma once
 #include <cstdint>
 #include <string>

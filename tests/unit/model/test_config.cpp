@@ -87,7 +87,7 @@ TEST(Config, RefusesUnsupportedSettings) {
   EXPECT_EQ(kind_of(set("model_type", "qwen3_next")), ErrorKind::kUnsupported);
   EXPECT_EQ(kind_of(rope("rope_type", "yarn")), ErrorKind::kUnsupported);
   EXPECT_EQ(kind_of(rope("partial_rotary_factor", 0.01)), ErrorKind::kUnsupported);  // 2.56 dims
-  EXPECT_EQ(kind_of(rope("mrope_section", {8, 8, 8})), ErrorKind::kUnsupported);
+  EXPECT_EQ(kind_of(rope("mrope_section", {8, -1, 8})), ErrorKind::kBadInput);
   EXPECT_EQ(kind_of(set("linear_num_value_heads", 24)), ErrorKind::kBadInput);  // 24 % 16
   EXPECT_EQ(kind_of(set("num_key_value_heads", 3)), ErrorKind::kBadInput);
   EXPECT_EQ(kind_of(set("hidden_size", "2560")), ErrorKind::kBadInput);
