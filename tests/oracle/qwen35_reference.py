@@ -115,8 +115,8 @@ def write_model_dir(path, d, seed=1, prefix="model.language_model.", shards=2, m
     return path
 
 
-def load_model_dir(path):
-    """(text_config dict, {relative name: float64 tensor}) read independently of the C++."""
+def load_model_dir(path, dtype=torch.float64):
+    """(text_config dict, {relative name: tensor of `dtype`}) read independently of the C++."""
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
     tc = cfg.get("text_config", cfg)
@@ -128,7 +128,7 @@ def load_model_dir(path):
     for prefix in ("model.language_model.", "model.", ""):
         if prefix + "embed_tokens.weight" in tensors:
             break
-    w = {k[len(prefix):]: v.to(torch.float64) for k, v in tensors.items() if k.startswith(prefix)}
+    w = {k[len(prefix):]: v.to(dtype) for k, v in tensors.items() if k.startswith(prefix)}
     return tc, w
 
 
@@ -141,6 +141,7 @@ class Reference:
         self.theta = float(rp["rope_theta"])
         self.rot = int(tc["head_dim"] * rp.get("partial_rotary_factor", 1.0))
         self.eps = tc["rms_norm_eps"]
+        self.dtype = w["embed_tokens.weight"].dtype
 
     def rmsnorm(self, x, w, plus_one=True):
         y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps)
@@ -150,7 +151,7 @@ class Reference:
         half = self.rot // 2
         inv = self.theta ** (-torch.arange(0, half, dtype=torch.float64) * 2.0 / self.rot)
         ang = pos[:, None].to(torch.float64) * inv[None, :]
-        c, s = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+        c, s = torch.cos(ang)[:, None, :].to(self.dtype), torch.sin(ang)[:, None, :].to(self.dtype)
         x = x.clone()
         x1, x2 = x[..., :half].clone(), x[..., half:self.rot].clone()
         x[..., :half] = x1 * c - x2 * s
@@ -184,7 +185,7 @@ class Reference:
         K = c["linear_conv_kernel_dim"]
         mixed = x @ self.w[p + "in_proj_qkv.weight"].T  # [T, C]
         cw = self.w[p + "conv1d.weight"][:, 0, :]        # [C, K]
-        padded = torch.cat([torch.zeros(K - 1, mixed.shape[1], dtype=torch.float64), mixed], 0)
+        padded = torch.cat([torch.zeros(K - 1, mixed.shape[1], dtype=self.dtype), mixed], 0)
         conv = torch.zeros_like(mixed)
         for j in range(K):
             conv += padded[j:j + T] * cw[:, j]
@@ -201,8 +202,8 @@ class Reference:
         rep = lv // lk
         q = q.repeat_interleave(rep, dim=1)
         k = k.repeat_interleave(rep, dim=1)
-        S = torch.zeros(lv, dk, dv, dtype=torch.float64)
-        out = torch.zeros(T, lv, dv, dtype=torch.float64)
+        S = torch.zeros(lv, dk, dv, dtype=self.dtype)
+        out = torch.zeros(T, lv, dv, dtype=self.dtype)
         for t in range(T):
             S = S * torch.exp(g[t])[:, None, None]
             m = torch.einsum("hkv,hk->hv", S, k[t])

@@ -1,0 +1,157 @@
+// Backbone benchmark: prefill of a state and of rows continuing from it, plus GEMM throughput
+// on the model's real shapes against the machine's measured peak (an FMA register loop) and
+// OpenBLAS sgemm on FP32 copies of the same weights (loaded with dlopen, so no build change).
+//
+// Usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] [--gdn chunked]
+// Prints one JSON object on stdout.
+#include <dlfcn.h>
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kev/core/bf16.h"
+#include "kev/core/threads.h"
+#include "kev/model/gemm.h"
+#include "kev/model/model.h"
+
+using namespace kev;
+using Clock = std::chrono::steady_clock;
+
+static double secs(Clock::time_point a) {
+  return std::chrono::duration<double>(Clock::now() - a).count();
+}
+
+// Peak FP32 FMA throughput of one core: 8 independent zmm FMA chains.
+__attribute__((target("avx512f"))) static double fma_peak_one_core() {
+  __m512 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm512_set1_ps(0.5f + i);
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.0001f);
+  const long iters = 50'000'000;
+  auto t0 = Clock::now();
+  for (long n = 0; n < iters; ++n)
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  double s = secs(t0);
+  alignas(64) float lanes[16];
+  float sink = 0;
+  for (int i = 0; i < 8; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    sink += lanes[0];
+  }
+  if (sink == 12345.0f) std::puts("");
+  return iters * 8.0 * 16 * 2 / s / 1e9;
+}
+
+static double fma_peak_all_cores(size_t threads) {
+  std::vector<double> r(threads);
+  std::vector<std::thread> ts;
+  for (size_t t = 0; t < threads; ++t) ts.emplace_back([&, t] { r[t] = fma_peak_one_core(); });
+  for (auto& t : ts) t.join();
+  double sum = 0;
+  for (double v : r) sum += v;
+  return sum;
+}
+
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                         float, float*, int);
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr,
+                 "usage: bench_model MODEL_DIR [state] [rows] [row_tokens] [--gdn chunked]\n");
+    return 2;
+  }
+  std::string dir = argv[1];
+  int64_t state_n = argc > 2 ? std::stoll(argv[2]) : 512;
+  int64_t rows_n = argc > 3 ? std::stoll(argv[3]) : 8;
+  int64_t row_len = argc > 4 ? std::stoll(argv[4]) : 64;
+  ForwardOptions opts;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "chunked") opts.gdn = GdnMode::kChunked;
+  auto t_load = Clock::now();
+  auto model = Model::load(dir, opts);
+  double load_s = secs(t_load);
+  const ModelConfig& c = model->config();
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> tok(
+      0, static_cast<int32_t>(std::min<int64_t>(c.vocab, 240000) - 1));
+  std::vector<int32_t> state_ids(static_cast<size_t>(state_n));
+  for (auto& t : state_ids) t = tok(rng);
+  std::vector<RowRequest> rows(static_cast<size_t>(rows_n));
+  for (auto& r : rows) {
+    r.ids.resize(static_cast<size_t>(row_len));
+    for (auto& t : r.ids) t = tok(rng);
+    r.readout = {row_len - 1};
+  }
+  // Warm the page cache / mapping once (first touch of the mmap).
+  model->run_rows(model->empty_state(), {RowRequest{{1, 2, 3, 4}, {}, {}}});
+  auto t0 = Clock::now();
+  PrefixState st = model->extend(model->empty_state(), state_ids);
+  double prefill_s = secs(t0);
+  t0 = Clock::now();
+  auto res = model->run_rows(st, rows);
+  double rows_s = secs(t0);
+
+  // Matrix FLOPs per token (2 per weight, embeddings excluded).
+  double params = 0;
+  for (const auto& l : model->weights().layers()) {
+    auto add = [&](const Bf16Matrix& m) { params += double(m.rows) * double(m.cols); };
+    add(l.gate), add(l.up), add(l.down);
+    if (l.full_attention)
+      add(l.attn.q), add(l.attn.k), add(l.attn.v), add(l.attn.o);
+    else
+      add(l.gdn.qkv), add(l.gdn.z), add(l.gdn.a), add(l.gdn.b), add(l.gdn.out);
+  }
+  const double flop_tok = 2 * params;
+
+  // GEMM alone on the MLP up-projection shape with M = state tokens.
+  const LayerWeights& l0 = model->weights().layers()[0];
+  const int64_t m = state_n, k = l0.up.cols, n = l0.up.rows;
+  std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
+  for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  gemm_bf16(x.data(), m, k, l0.up, y.data(), n);
+  t0 = Clock::now();
+  const int reps = 5;
+  for (int r = 0; r < reps; ++r) gemm_bf16(x.data(), m, k, l0.up, y.data(), n);
+  double gemm_gflops = reps * 2.0 * m * k * n / secs(t0) / 1e9;
+
+  double blas_gflops = -1;
+  if (void* h = dlopen("libopenblas.so.0", RTLD_NOW)) {
+    if (auto sgemm = reinterpret_cast<SgemmFn>(dlsym(h, "cblas_sgemm"))) {
+      std::vector<float> wf(static_cast<size_t>(n * k));
+      for (size_t i = 0; i < wf.size(); ++i) {
+        uint16_t b;
+        std::memcpy(&b, l0.up.data + i, 2);
+        wf[i] = bf16_to_f32(b);
+      }
+      // RowMajor=101, NoTrans=111, Trans=112: y[m,n] = x[m,k] * W[n,k]^T
+      sgemm(101, 111, 112, int(m), int(n), int(k), 1.0f, x.data(), int(k), wf.data(), int(k), 0.0f,
+            y.data(), int(n));
+      t0 = Clock::now();
+      for (int r = 0; r < reps; ++r)
+        sgemm(101, 111, 112, int(m), int(n), int(k), 1.0f, x.data(), int(k), wf.data(), int(k),
+              0.0f, y.data(), int(n));
+      blas_gflops = reps * 2.0 * m * k * n / secs(t0) / 1e9;
+    }
+  }
+  double peak = fma_peak_all_cores(default_workers());
+  std::printf(
+      "{\"isa\": \"%s\", \"threads\": %zu, \"load_s\": %.3f, \"state_tokens\": %lld, "
+      "\"prefill_s\": %.4f, "
+      "\"prefill_tok_s\": %.2f, \"rows\": %lld, \"row_tokens\": %lld, \"rows_s\": %.4f, "
+      "\"rows_tok_s\": %.2f, "
+      "\"matrix_gflop_per_token\": %.4f, \"prefill_gflops\": %.2f, \"rows_gflops\": %.2f, "
+      "\"gemm_shape\": [%lld, %lld, %lld], \"gemm_gflops\": %.2f, \"openblas_sgemm_gflops\": %.2f, "
+      "\"fma_peak_gflops\": %.2f}\n",
+      gemm_isa_name(best_gemm_isa()), default_workers(), load_s, (long long)state_n, prefill_s,
+      state_n / prefill_s, (long long)rows_n, (long long)row_len, rows_s, rows_n * row_len / rows_s,
+      flop_tok / 1e9, flop_tok * state_n / prefill_s / 1e9,
+      flop_tok * rows_n * row_len / rows_s / 1e9, (long long)m, (long long)k, (long long)n,
+      gemm_gflops, blas_gflops, peak);
+  return res.empty() ? 1 : 0;
+}
