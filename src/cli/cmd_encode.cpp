@@ -23,10 +23,11 @@ struct EncodeOptions {
 };
 
 int run_encode(const EncodeOptions& o) {
-  Tokenizer tok = Tokenizer::from_file(o.tokenizer);
-  Delimiters delims = Delimiters::from(tok);
+  // The request is checked before the (larger) tokenizer is loaded: refusals stay cheap.
   std::string body((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   ApiRequest req = parse_request(body);
+  Tokenizer tok = Tokenizer::from_file(o.tokenizer);
+  Delimiters delims = Delimiters::from(tok);
   EncodeLimits limits;
   limits.max_state = o.max_state;
   limits.max_row = o.max_row;
