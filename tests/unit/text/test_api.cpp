@@ -1,0 +1,198 @@
+// API mapping: every rule and refusal. Expected answers are computed here from the documented
+// formulas (REFERENCE.md section 8) in float64, not read back from the code under test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kev/core/error.h"
+#include "kev/text/api.h"
+
+namespace kev {
+namespace {
+
+ApiRequest req(const std::string& body) {
+  return parse_request(body);
+}
+
+void expect_refused(const std::string& body, const std::string& needle) {
+  try {
+    parse_request(body);
+    FAIL() << "accepted: " << body;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(ApiRender, ScalarsFollowPythonStr) {
+  EXPECT_EQ(render(OrderedJson::parse("true")), "True");
+  EXPECT_EQ(render(OrderedJson::parse("false")), "False");
+  EXPECT_EQ(render(OrderedJson::parse("null")), "");
+  EXPECT_EQ(render(OrderedJson::parse("12")), "12");
+  EXPECT_EQ(render(OrderedJson::parse("-7")), "-7");
+  EXPECT_EQ(render(OrderedJson::parse("1.0")), "1.0");
+  EXPECT_EQ(render(OrderedJson::parse("0.1")), "0.1");
+  EXPECT_EQ(render(OrderedJson::parse("1e-7")), "1e-07");
+  EXPECT_EQ(render(OrderedJson::parse("0.0001")), "0.0001");
+  EXPECT_EQ(render(OrderedJson::parse("0.00001")), "1e-05");
+  EXPECT_EQ(render(OrderedJson::parse("1e16")), "1e+16");
+  EXPECT_EQ(render(OrderedJson::parse("1e15")), "1000000000000000.0");
+  EXPECT_EQ(render(OrderedJson::parse("123456.789")), "123456.789");
+  EXPECT_EQ(render(OrderedJson::parse("-2.5e-300")), "-2.5e-300");
+  EXPECT_EQ(render(OrderedJson::parse("1.7976931348623157e308")), "1.7976931348623157e+308");
+  EXPECT_EQ(render(OrderedJson::parse("-0.0")), "-0.0");
+  EXPECT_EQ(render(OrderedJson::parse("\"text\"")), "text");
+}
+
+TEST(ApiRender, ObjectsAndArrays) {
+  auto v = OrderedJson::parse(
+      R"({"b": 1, "a": {"x": [1, {"y": 2, "z": [true]}], "e": {}}, "s": " hi"})");
+  // Written out by hand from the rules: `key: value`, nested `key:` then two-space indent,
+  // `- item` with the item's rendering left-stripped; caller key order kept.
+  EXPECT_EQ(render(v),
+            "b: 1\n"
+            "a:\n"
+            "  x:\n"
+            "    - 1\n"
+            "    - y: 2\n"
+            "      z:\n"
+            "        - True\n"
+            "  e:\n"
+            "\n"
+            "s:  hi");
+  EXPECT_EQ(render(OrderedJson::parse(R"(["  a", "\u3000b", ["c", "d"], []])")),
+            "- a\n- b\n- - c\n  - d\n- ");
+}
+
+TEST(ApiRequestMapping, OptionsInCallerOrder) {
+  ApiRequest r = req(R"({"state": "s", "questions": {
+      "z": {"type": "choice", "instructions": "pick", "criteria": {"b": "bee", "a": null, "c": "", "d": {"k": 1}}},
+      "y": {"type": "noul", "instructions": ["x"], "criteria": {"true": "yes please", "false": 0}},
+      "x": {"type": "score", "criteria": ["low", 2, null]}}})");
+  EXPECT_EQ(r.model, "kev-latest");
+  ASSERT_EQ(r.questions.size(), 3u);
+  EXPECT_EQ(r.questions[0].id, "z");
+  EXPECT_EQ(r.questions[0].options, (std::vector<std::string>{"b: bee", "a", "c", "d: k: 1"}));
+  EXPECT_EQ(r.questions[0].keys, (std::vector<std::string>{"b", "a", "c", "d"}));
+  EXPECT_EQ(r.questions[1].options, (std::vector<std::string>{"no: 0", "yes: yes please"}));
+  EXPECT_EQ(r.questions[1].keys, (std::vector<std::string>{"false", "true"}));
+  EXPECT_EQ(r.questions[1].instructions, "- x");
+  EXPECT_EQ(r.questions[2].options, (std::vector<std::string>{"low", "2", ""}));
+  EXPECT_EQ(r.questions[2].keys, (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(r.questions[2].instructions, "");
+  ApiRequest n = req(R"({"state": null, "model": "m", "questions": {"q": {"type": "noul"}}})");
+  EXPECT_EQ(n.questions[0].options, (std::vector<std::string>{"no", "yes"}));
+  EXPECT_EQ(n.model, "m");
+  EXPECT_EQ(n.state, "");
+}
+
+TEST(ApiRequestMapping, Refusals) {
+  expect_refused("{", "not valid JSON");
+  expect_refused("[1]", "JSON object");
+  expect_refused(R"({"questions": {"q": {"type": "noul"}}})", "state: field required");
+  expect_refused(R"({"state": "s"})", "questions: field required");
+  expect_refused(R"({"state": "s", "questions": {}})", "at least one question");
+  expect_refused(R"({"state": "s", "questions": 3})", "must be an object");
+  expect_refused(R"({"state": "s", "model": null, "questions": {"q": {"type": "noul"}}})", "model");
+  expect_refused(R"({"state": "s", "questions": {"q": 1}})", "questions.q: must be an object");
+  expect_refused(R"({"state": "s", "questions": {"q": {}}})", "type: must be one of");
+  expect_refused(R"({"state": "s", "questions": {"q": {"type": "multi"}}})",
+                 "type: must be one of");
+  expect_refused(R"({"state": "s", "questions": {"q": {"type": "choice"}}})", "field required");
+  expect_refused(R"({"state": "s", "questions": {"q": {"type": "choice", "criteria": null}}})",
+                 "takes an object");
+  expect_refused(R"({"state": "s", "questions": {"q": {"type": "choice", "criteria": {}}}})",
+                 "1..255");
+  expect_refused(R"({"state": "s", "questions": {"q": {"type": "score", "criteria": {"a": 1}}}})",
+                 "array");
+  expect_refused(R"({"state": "s", "questions": {"q": {"type": "score", "criteria": []}}})",
+                 "1..255");
+  expect_refused(R"({"state": "s", "questions": {"q": {"type": "noul", "criteria": [1]}}})",
+                 "object or null");
+  expect_refused(
+      R"({"state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": 1, "a": 2}}}})",
+      "duplicate key");
+  expect_refused(R"({"state": "s", "questions": {"q": {"type": "noul"}, "q": {"type": "noul"}}})",
+                 "duplicate key");
+  std::string many = R"({"state": "s", "questions": {"q": {"type": "choice", "criteria": {)";
+  for (int i = 0; i < 256; ++i) many += (i ? ",\"" : "\"") + std::to_string(i) + "\": null";
+  expect_refused(many + "}}}}", "1..255");
+  std::string levels = R"({"state": "s", "questions": {"q": {"type": "score", "criteria": [)";
+  for (int i = 0; i < 256; ++i) levels += (i ? ",1" : "1");
+  expect_refused(levels + "]}}}", "1..255");
+}
+
+TEST(ApiRequestMapping, Accepts255Options) {
+  std::string body = R"({"state": "s", "questions": {"q": {"type": "choice", "criteria": {)";
+  for (int i = 0; i < 255; ++i) body += (i ? ",\"" : "\"") + std::to_string(i) + "\": null";
+  EXPECT_EQ(req(body + "}}}}").questions[0].options.size(), 255u);
+}
+
+double round4(double x) {
+  return std::nearbyint(x * 1e4) / 1e4;
+}
+
+TEST(ApiAnswers, FormulasInFloat64) {
+  ApiRequest r = req(R"({"state": "s", "questions": {
+      "c": {"type": "choice", "criteria": {"a": null, "b": null, "c": null}},
+      "n": {"type": "noul"},
+      "s": {"type": "score", "criteria": ["lo", "mid", "hi", "max"]},
+      "one": {"type": "choice", "criteria": {"only": null}},
+      "lvl": {"type": "score", "criteria": ["single"]}}})");
+  std::vector<double> pc{0.2, 0.5, 0.3}, pn{0.35, 0.65}, ps{0.1, 0.2, 0.6, 0.1};
+  OrderedJson a = answers_json(r, {pc, pn, ps, {1.0}, {1.0}}, AnswerOptions{-1});
+  // choice: argmax b; confidence (pmax - 1/K) / (1 - 1/K).
+  EXPECT_EQ(a["c"]["type"], "choice");
+  EXPECT_EQ(a["c"]["choice"], "b");
+  EXPECT_DOUBLE_EQ(a["c"]["confidence"].get<double>(), (0.5 - 1.0 / 3) / (1 - 1.0 / 3));
+  EXPECT_DOUBLE_EQ(a["c"]["probabilities"]["c"].get<double>(), 0.3);
+  EXPECT_EQ(a["n"], OrderedJson::parse(R"({"type": "noul", "noul": 0.65})"));
+  // score: sum i p_i; mode 2; confidence 1 - sum p_i |i - 2| / 3.
+  double score = 0 * 0.1 + 1 * 0.2 + 2 * 0.6 + 3 * 0.1;
+  double conf = 1 - (0.1 * 2 + 0.2 * 1 + 0.6 * 0 + 0.1 * 1) / 3.0;
+  EXPECT_DOUBLE_EQ(a["s"]["score"].get<double>(), score);
+  EXPECT_DOUBLE_EQ(a["s"]["confidence"].get<double>(), conf);
+  EXPECT_EQ(a["s"]["legend"],
+            OrderedJson::parse(R"({"0": "lo", "1": "mid", "2": "hi", "3": "max"})"));
+  EXPECT_DOUBLE_EQ(a["s"]["probabilities"]["2"].get<double>(), 0.6);
+  EXPECT_EQ(a["one"]["confidence"].get<double>(), 1.0);
+  EXPECT_EQ(a["lvl"]["confidence"].get<double>(), 1.0);
+  EXPECT_EQ(a["lvl"]["score"].get<double>(), 0.0);
+  // Key order of the answers follows the questions.
+  std::vector<std::string> order;
+  for (auto it = a.begin(); it != a.end(); ++it) order.push_back(it.key());
+  EXPECT_EQ(order, (std::vector<std::string>{"c", "n", "s", "one", "lvl"}));
+}
+
+TEST(ApiAnswers, TiesPickTheFirstOptionAndRoundingIsPythons) {
+  ApiRequest r = req(R"({"state": "s", "questions": {
+      "c": {"type": "choice", "criteria": {"x": null, "y": null}},
+      "s": {"type": "score", "criteria": ["a", "b", "c"]}}})");
+  std::vector<double> pc{0.123456789, 0.876543211};
+  std::vector<double> ps{0.4, 0.4, 0.2};
+  OrderedJson a = answers_json(r, {{0.5, 0.5}, ps});
+  EXPECT_EQ(a["c"]["choice"], "x");
+  EXPECT_EQ(a["c"]["confidence"].get<double>(), 0.0);
+  EXPECT_EQ(a["s"]["confidence"].get<double>(), round4(1 - (0.4 * 1 + 0.2 * 2) / 2.0));
+  a = answers_json(r, {pc, ps});
+  EXPECT_EQ(a["c"]["probabilities"]["x"].get<double>(), 0.1235);
+  EXPECT_EQ(a["c"]["probabilities"]["y"].get<double>(), 0.8765);
+  EXPECT_EQ(a["s"]["score"].get<double>(), 0.8);
+  // Python: round(0.00005, 4) == 0.0001 (the double is just above the tie);
+  // round(0.125, 2) == 0.12 (exact tie, to even); round(2.675, 2) == 2.67 (below the tie).
+  EXPECT_EQ(python_round(0.00005, 4), 0.0001);
+  EXPECT_EQ(python_round(0.125, 2), 0.12);
+  EXPECT_EQ(python_round(2.675, 2), 2.67);
+  EXPECT_EQ(python_round(0.3333333, -1), 0.3333333);
+}
+
+TEST(ApiAnswers, MismatchedProbabilitiesAreAnInternalError) {
+  ApiRequest r = req(R"({"state": "s", "questions": {"n": {"type": "noul"}}})");
+  EXPECT_THROW(answers_json(r, {{0.5}}), Error);
+  EXPECT_THROW(answers_json(r, {}), Error);
+}
+
+}  // namespace
+}  // namespace kev
