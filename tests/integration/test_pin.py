@@ -1,0 +1,101 @@
+"""`kev pin` through the real binary: digests equal hashlib's; a Hugging Face cache snapshot
+(snapshots/<rev>/<file> -> ../../blobs/<id>) gives repo and revision from the path and every
+file is cross-checked against its blob name (SHA-256 for LFS files, git blob SHA-1 otherwise);
+a corrupt blob is refused and no recipe is written."""
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.environ.get("KEV_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..")), "tests", "pylib"))
+import kevtest  # noqa: E402
+
+REV_BASE = "a" * 40
+REV_CKPT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def git_blob_sha1(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pin")
+    kevtest.run_kev("synth", "--out", root / "synth")
+    return root / "synth"
+
+
+def make_cache(src, cache_root, repo, rev):
+    """Lays src out like huggingface_hub's cache: LFS-like files (safetensors, .pt) as SHA-256
+    blobs, the rest as git blob SHA-1 blobs."""
+    repo_dir = cache_root / ("models--" + repo.replace("/", "--"))
+    blobs, snap = repo_dir / "blobs", repo_dir / "snapshots" / rev
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for name in os.listdir(src):
+        data = (src / name).read_bytes()
+        lfs = name.endswith((".safetensors", ".pt"))
+        blob = hashlib.sha256(data).hexdigest() if lfs else git_blob_sha1(data)
+        (blobs / blob).write_bytes(data)
+        os.symlink(f"../../blobs/{blob}", snap / name)
+    return snap
+
+
+def test_plain_directories(synth, tmp_path):
+    out = tmp_path / "r.json"
+    proc = kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", synth / "checkpoint", "--out", out)
+    r = json.loads(out.read_text())
+    assert r["format"] == "kev-4b-merged/1" and r["model"] == "kev-4b"
+    assert r["base"]["revision"] == "1001bb4d826a52d1f399e183466143f4da7b741b"
+    for side in ("base", "checkpoint"):
+        assert set(r[side]["files"]) == set(os.listdir(synth / side))
+        for name, digest in r[side]["files"].items():
+            assert digest == sha256(synth / side / name)
+    assert "0 cross-checked" in proc.stdout
+
+
+def test_existing_recipe_not_overwritten(synth, tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text("keep")
+    proc = kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", synth / "checkpoint",
+                           "--out", out, check=False)
+    assert proc.returncode == 2 and out.read_text() == "keep"
+
+
+def test_cache_snapshot_cross_checked(synth, tmp_path):
+    base = make_cache(synth / "base", tmp_path / "hub", "Qwen/Qwen3.5-4B-Base", REV_BASE)
+    ckpt = make_cache(synth / "checkpoint", tmp_path / "hub", "jaredpalmer/kev-4b", REV_CKPT)
+    out = tmp_path / "r.json"
+    proc = kevtest.run_kev("pin", "--base", base, "--checkpoint", ckpt, "--out", out)
+    n = len(os.listdir(base)) + len(os.listdir(ckpt))
+    assert f"pinned {n} files" in proc.stdout and f"({n} cross-checked" in proc.stdout
+    r = json.loads(out.read_text())
+    assert r["base"]["repo"] == "Qwen/Qwen3.5-4B-Base" and r["base"]["revision"] == REV_BASE
+    assert r["checkpoint"]["repo"] == "jaredpalmer/kev-4b" and r["checkpoint"]["revision"] == REV_CKPT
+    assert "release revision" in proc.stderr  # the snapshot is not the released revision
+    for name, digest in r["checkpoint"]["files"].items():
+        assert digest == sha256(synth / "checkpoint" / name)
+
+
+@pytest.mark.parametrize("victim", ["adapter_model.safetensors", "adapter_config.json"])
+def test_corrupt_cache_blob_refused(synth, tmp_path, victim):
+    base = make_cache(synth / "base", tmp_path / "hub", "Qwen/Qwen3.5-4B-Base", REV_BASE)
+    ckpt = make_cache(synth / "checkpoint", tmp_path / "hub", "jaredpalmer/kev-4b", REV_CKPT)
+    blob = os.path.realpath(ckpt / victim)
+    data = bytearray(open(blob, "rb").read())
+    data[len(data) // 2] ^= 0x20
+    with open(blob, "wb") as f:
+        f.write(data)
+    out = tmp_path / "r.json"
+    proc = kevtest.run_kev("pin", "--base", base, "--checkpoint", ckpt, "--out", out, check=False)
+    assert proc.returncode == 3 and victim in proc.stderr and os.path.basename(blob) in proc.stderr
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if "kev-pin" in p]

@@ -1,0 +1,287 @@
+// Unit tests of the export layer's pieces. The merge kernel's oracle here is the documented
+// per-element formula evaluated in float64 where that is exact, and cross-ISA bit identity;
+// bit identity with torch itself is checked in tests/integration/test_export*.py.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kev/core/bf16.h"
+#include "kev/core/error.h"
+#include "kev/core/file.h"
+#include "kev/core/sha256.h"
+#include "kev/export/configs.h"
+#include "kev/export/inputs.h"
+#include "kev/export/inventory.h"
+#include "kev/export/merge.h"
+#include "kev/export/pin.h"
+#include "kev/export/recipe.h"
+
+namespace kev {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string good_recipe(const std::string& config_hash = "null") {
+  return R"({"format": "kev-4b-merged/1", "model": "kev-4b",
+    "base": {"repo": "Qwen/Qwen3.5-4B-Base", "revision": "1001bb4d826a52d1f399e183466143f4da7b741b",
+             "files": {"config.json": )" +
+         config_hash + R"(, "tokenizer.json": null, "tokenizer_config.json": null,
+                       "model.safetensors.index.json": null}},
+    "checkpoint": {"repo": "jaredpalmer/kev-4b", "revision": "139fdd94f1b6a6ad80cc15e08fcb99cac885a101",
+             "files": {"adapter_config.json": null, "adapter_model.safetensors": null, "head.pt": null}},
+    "reference": {"repo": "jaredpalmer/kev", "revision": "2074cc44"},
+    "lora": {"rank": 16, "alpha": 32, "targets": 248}})";
+}
+
+ErrorKind kind_of(const std::function<void()>& fn, std::string* message = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.kind();
+  }
+  ADD_FAILURE() << "no kev::Error thrown";
+  return ErrorKind::kInternal;
+}
+
+TEST(Recipe, ParsesTheShippedRecipe) {
+  Recipe r = load_recipe(std::string(KEV_SOURCE_DIR) + "/recipes/kev-4b.json");
+  EXPECT_EQ(r.model, "kev-4b");
+  EXPECT_EQ(r.base.revision, "1001bb4d826a52d1f399e183466143f4da7b741b");
+  EXPECT_EQ(r.checkpoint.revision, "139fdd94f1b6a6ad80cc15e08fcb99cac885a101");
+  EXPECT_EQ(r.rank, 16);
+  EXPECT_EQ(r.alpha, 32);
+  EXPECT_EQ(r.targets, 248);
+  for (const auto& [name, hash] : r.base.files) EXPECT_FALSE(hash) << name;
+  std::string msg;
+  EXPECT_EQ(kind_of([&] { require_fully_pinned(r, "recipes/kev-4b.json"); }, &msg),
+            ErrorKind::kBadInput);
+  EXPECT_NE(msg.find("kev pin"), std::string::npos) << msg;
+}
+
+TEST(Recipe, RoundTripsThroughJson) {
+  std::string h(64, 'a');
+  Recipe r = parse_recipe(good_recipe("\"" + h + "\""), "r");
+  Recipe again = parse_recipe(recipe_to_json(r), "r2");
+  EXPECT_EQ(again.base.files.at("config.json"), h);
+  EXPECT_EQ(again.reference_revision, "2074cc44");
+  EXPECT_EQ(recipe_to_json(again), recipe_to_json(r));
+}
+
+TEST(Recipe, RefusesMalformedFields) {
+  auto bad = [](std::string from, std::string to) {
+    std::string s = good_recipe();
+    auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    s.replace(at, from.size(), to);
+    return kind_of([&] { parse_recipe(s, "r"); });
+  };
+  EXPECT_EQ(bad("\"config.json\": null", "\"config.json\": \"ABC\""), ErrorKind::kBadInput);
+  EXPECT_EQ(bad("\"config.json\": null", "\"../config.json\": null"), ErrorKind::kBadInput);
+  EXPECT_EQ(bad("1001bb4d", "zz01bb4d"), ErrorKind::kBadInput);
+  EXPECT_EQ(bad("\"rank\": 16", "\"rank\": 0"), ErrorKind::kBadInput);
+  EXPECT_EQ(bad("kev-4b-merged/1", "kev-4b-merged/9"), ErrorKind::kUnsupported);
+  EXPECT_EQ(bad("\"head.pt\": null", "\"head2.pt\": null"), ErrorKind::kBadInput);
+  EXPECT_EQ(kind_of([] { parse_recipe("[1]", "r"); }), ErrorKind::kBadInput);
+}
+
+TEST(Inputs, HashMismatchNamesBothDigestsAndParsesNothing) {
+  fs::path dir = fs::temp_directory_path() / ("kev_inputs_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "base");
+  fs::create_directories(dir / "ckpt");
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"base/config.json", "{}"},           {"base/tokenizer.json", "{}"},
+      {"base/tokenizer_config.json", "{}"}, {"base/model.safetensors.index.json", "{}"},
+      {"ckpt/adapter_config.json", "{}"},   {"ckpt/adapter_model.safetensors", "x"},
+      {"ckpt/head.pt", "garbage"}};
+  for (auto& [p, c] : files) write_file_synced((dir / p).string(), c);
+  Recipe r = parse_recipe(good_recipe(), "r");
+  for (auto* repo : {&r.base, &r.checkpoint})
+    for (auto& [name, hash] : repo->files)
+      hash = sha256_file((dir / (repo == &r.base ? "base" : "ckpt") / name).string());
+  VerifiedInputs ok =
+      verify_pinned_inputs(r, "r", (dir / "base").string(), (dir / "ckpt").string());
+  EXPECT_EQ(ok.bytes("checkpoint/head.pt"), "garbage");
+  EXPECT_EQ(ok.contents.count("checkpoint/adapter_model.safetensors"), 0u);
+  EXPECT_EQ(ok.digests.size(), 7u);
+
+  std::string pinned = *r.base.files["config.json"];
+  fs::remove(dir / "base/config.json");
+  write_file_synced((dir / "base/config.json").string(), "{\"x\":1}");
+  std::string msg;
+  EXPECT_EQ(
+      kind_of(
+          [&] { verify_pinned_inputs(r, "r", (dir / "base").string(), (dir / "ckpt").string()); },
+          &msg),
+      ErrorKind::kIntegrity);
+  EXPECT_NE(msg.find("base/config.json"), std::string::npos);
+  EXPECT_NE(msg.find(pinned), std::string::npos);
+  EXPECT_NE(msg.find(sha256_hex("{\"x\":1}")), std::string::npos);
+
+  fs::remove(dir / "ckpt/head.pt");
+  EXPECT_EQ(
+      kind_of(
+          [&] { verify_pinned_inputs(r, "r", (dir / "base").string(), (dir / "ckpt").string()); },
+          &msg),
+      ErrorKind::kIo);
+  fs::remove_all(dir);
+}
+
+const char* kConfig = R"({"text_config": {"hidden_size": 64, "num_hidden_layers": 8,
+  "layer_types": ["linear_attention","linear_attention","linear_attention","full_attention",
+                  "linear_attention","linear_attention","linear_attention","full_attention"]}})";
+
+const char* kAdapterConfig = R"({"peft_type": "LORA", "r": 16, "lora_alpha": 32,
+  "target_modules": ["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj",
+                     "in_proj_qkv","in_proj_z","in_proj_a","in_proj_b","out_proj"],
+  "use_dora": false, "use_rslora": false, "fan_in_fan_out": false, "bias": "none",
+  "modules_to_save": null})";
+
+TEST(Configs, InventoryFollowsLayerTypes) {
+  BaseTextConfig c = parse_base_text_config(kConfig, "config.json");
+  LoraConfig l = parse_lora_config(kAdapterConfig, "adapter_config.json");
+  auto t = expected_targets(c, l);
+  // 8 layers: 6 GDN x 5 + 2 attention x 4 + 8 x 3 MLP.
+  EXPECT_EQ(t.size(), 30u + 8u + 24u);
+  EXPECT_EQ(t[0].base_name, "model.language_model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(t[0].a_name, "base_model.model.layers.0.mlp.gate_proj.lora_A.weight");
+  std::string msg;
+  EXPECT_EQ(kind_of([&] { check_kev4b_counts(t); }, &msg), ErrorKind::kBadInput);
+  EXPECT_NE(msg.find("248"), std::string::npos);
+}
+
+TEST(Configs, Kev4bHas248Targets) {
+  std::string layer_types;
+  for (int i = 0; i < 32; ++i)
+    layer_types +=
+        std::string(i ? "," : "") + (i % 4 == 3 ? "\"full_attention\"" : "\"linear_attention\"");
+  std::string cfg =
+      R"({"text_config": {"hidden_size": 2560, "num_hidden_layers": 32, "layer_types": [)" +
+      layer_types + "]}}";
+  auto t =
+      expected_targets(parse_base_text_config(cfg, "c"), parse_lora_config(kAdapterConfig, "a"));
+  EXPECT_EQ(t.size(), 248u);
+  check_kev4b_counts(t);
+}
+
+TEST(Configs, RefusesNonPlainLora) {
+  auto with = [](const std::string& key, const std::string& value) {
+    nlohmann::json j = nlohmann::json::parse(kAdapterConfig);
+    j[key] = nlohmann::json::parse(value);
+    return kind_of([&] { parse_lora_config(j.dump(), "adapter_config.json"); });
+  };
+  EXPECT_EQ(with("use_dora", "true"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("use_rslora", "true"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("fan_in_fan_out", "true"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("bias", "\"lora_only\""), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("modules_to_save", "[\"score\"]"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("rank_pattern", "{\"q_proj\": 8}"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("target_modules", "\"all-linear\""), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("peft_type", "\"IA3\""), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("r", "0"), ErrorKind::kBadInput);
+  {  // an empty modules_to_save is the same as none
+    nlohmann::json j = nlohmann::json::parse(kAdapterConfig);
+    j["modules_to_save"] = nlohmann::json::array();
+    EXPECT_EQ(parse_lora_config(j.dump(), "a").rank, 16);
+  }
+  LoraConfig l = parse_lora_config(kAdapterConfig, "a");
+  l.target_modules.push_back("lm_head");
+  EXPECT_EQ(kind_of([&] { expected_targets(parse_base_text_config(kConfig, "c"), l); }),
+            ErrorKind::kUnsupported);
+}
+
+TEST(Configs, DelimitersComeFromAddedTokensByContent) {
+  const char* tok = R"({"added_tokens": [
+    {"id": 9, "content": "<|box_end|>"}, {"id": 5, "content": "<|fim_prefix|>"},
+    {"id": 6, "content": "<|fim_middle|>"}, {"id": 7, "content": "<|fim_suffix|>"},
+    {"id": 8, "content": "<|box_start|>"}]})";
+  Delimiters d = parse_delimiters(tok, "tokenizer.json");
+  EXPECT_EQ(d.state, 5);
+  EXPECT_EQ(d.question, 6);
+  EXPECT_EQ(d.decide, 7);
+  EXPECT_EQ(d.option_open, 8);
+  EXPECT_EQ(d.option_close, 9);
+  EXPECT_EQ(kind_of([] { parse_delimiters(R"({"added_tokens": []})", "t"); }),
+            ErrorKind::kBadInput);
+}
+
+TEST(Pin, GitBlobSha1MatchesGit) {
+  // `printf 'hello\n' | git hash-object --stdin`
+  EXPECT_EQ(git_blob_sha1("hello\n"), "ce013625030ba8dba906f756967f9e9ca394464a");
+}
+
+std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Rank 1 makes the sum a single exactly-rounded product, so the float64 evaluation of the
+// formula is an exact oracle: round32(round32(round32(b*a) * s) + w), then RNE to BF16.
+TEST(Merge, RankOneMatchesFloat64Formula) {
+  const int64_t rows = 37, cols = 211;
+  auto wf = uniform(rows * cols, -1, 1, 1);
+  std::vector<uint16_t> w(wf.size()), out(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+  auto b = uniform(rows, -0.05f, 0.05f, 2), a = uniform(cols, -0.2f, 0.2f, 3);
+  for (MergeIsa isa : {MergeIsa::kScalar, MergeIsa::kAvx2, MergeIsa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(merge_isa())) continue;
+    merge_lora_rows(w.data(), b.data(), a.data(), 1, cols, 3.0f, rows, out.data(), isa);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        float prod = static_cast<float>(static_cast<double>(b[i]) * a[j]);
+        float t = static_cast<float>(static_cast<double>(prod) * 3.0);
+        float s = static_cast<float>(static_cast<double>(bf16_to_f32(w[i * cols + j])) + t);
+        ASSERT_EQ(out[i * cols + j], f32_to_bf16(s)) << merge_isa_name(isa) << " " << i << "," << j;
+      }
+  }
+}
+
+TEST(Merge, AllIsasBitIdentical) {
+  for (int64_t cols : {1, 15, 16, 17, 63, 64, 65, 130, 2560}) {
+    const int64_t rows = 9, rank = 16;
+    auto wf = uniform(rows * cols, -1, 1, 4);
+    std::vector<uint16_t> w(wf.size()), ref(wf.size()), out(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+    w[0] = 0x7f80;  // +inf stays inf
+    auto b = uniform(rows * rank, -0.05f, 0.05f, 5), a = uniform(rank * cols, -0.2f, 0.2f, 6);
+    merge_lora_rows(w.data(), b.data(), a.data(), rank, cols, 2.0f, rows, ref.data(),
+                    MergeIsa::kScalar);
+    EXPECT_EQ(ref[0], 0x7f80);
+    for (MergeIsa isa : {MergeIsa::kAvx2, MergeIsa::kAvx512}) {
+      if (static_cast<int>(isa) > static_cast<int>(merge_isa())) continue;
+      merge_lora_rows(w.data(), b.data(), a.data(), rank, cols, 2.0f, rows, out.data(), isa);
+      EXPECT_EQ(std::memcmp(out.data(), ref.data(), out.size() * 2), 0)
+          << merge_isa_name(isa) << " cols " << cols;
+    }
+  }
+}
+
+TEST(Merge, NanBecomesCanonical) {
+  std::vector<uint16_t> w(64, 0x3f80), out(64);
+  w[0] = 0x7fc1;
+  w[1] = 0xffc0;
+  w[20] = 0xff81;
+  std::vector<float> b = {1.0f}, a(64, 0.0f);
+  for (MergeIsa isa : {MergeIsa::kScalar, MergeIsa::kAvx2, MergeIsa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(merge_isa())) continue;
+    merge_lora_rows(w.data(), b.data(), a.data(), 1, 64, 2.0f, 1, out.data(), isa);
+    EXPECT_EQ(out[20], 0x7fc0);
+    EXPECT_EQ(out[0], 0x7fc0);
+    EXPECT_EQ(out[1], 0x7fc0);
+    EXPECT_EQ(out[2], 0x3f80);
+  }
+}
+
+}  // namespace
+}  // namespace kev
