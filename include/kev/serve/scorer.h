@@ -1,0 +1,71 @@
+// Scorer: the whole native Kev scoring path over one export bundle.
+//
+//   request JSON -> parse/validate (text/api.h) -> strict or truncating encoding (text/encoding.h)
+//   -> state prefix from the LRU cache or computed once (model/model.h) -> every question as
+//   its own row continuing the prefix, reading hidden states at <decide> and each </opt>
+//   -> pointer head + temperature (head/pointer_head.h) -> answers (text/api.h).
+//
+// Contract: score() either returns a complete response or throws kev::Error (no partial
+// answers). A cached prefix is shared immutably; a question's answer does not depend on the
+// other questions in the request or on whether its state was cached. Thread-safe: concurrent
+// score() calls share the model, head, tokenizer and cache read-only / under the cache's lock.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kev/head/pointer_head.h"
+#include "kev/model/model.h"
+#include "kev/serve/prefix_cache.h"
+#include "kev/text/api.h"
+#include "kev/text/encoding.h"
+#include "kev/text/tokenizer.h"
+
+namespace kev {
+
+struct ScorerOptions {
+  EncodeLimits limits;            // strict by default
+  size_t cache_entries = 16;      // state prefixes kept
+  size_t cache_tokens = 1 << 16;  // total state tokens kept
+  int decimals = 4;               // answer rounding (negative: unrounded)
+  ForwardOptions forward;
+};
+
+struct ScoreUsage {
+  size_t input_tokens = 0;   // every token of the packed encoding
+  size_t state_tokens = 0;   // S, the state prefix (with <state>)
+  size_t cached_tokens = 0;  // S when the prefix came from the cache, else 0
+  bool truncated = false;
+};
+
+struct ScoreResult {
+  OrderedJson response;  // {"model","answers","usage","latency_ms"}
+  ScoreUsage usage;
+  std::vector<std::vector<double>> probabilities;  // per question, option order (unrounded)
+};
+
+class Scorer {
+ public:
+  Scorer(const std::string& bundle_dir, ScorerOptions options = {});
+  ScoreResult score(std::string_view request_json) const;
+  ScoreResult score(const ApiRequest& request) const;
+
+  const Model& model() const { return *model_; }
+  const PointerHead& head() const { return head_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const PrefixCache<PrefixState>& cache() const { return *cache_; }
+
+ private:
+  std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids,
+                                                  bool* cached) const;
+
+  ScorerOptions options_;
+  Tokenizer tokenizer_;
+  Delimiters delimiters_;
+  std::unique_ptr<Model> model_;
+  PointerHead head_;
+  std::unique_ptr<PrefixCache<PrefixState>> cache_;
+};
+
+}  // namespace kev

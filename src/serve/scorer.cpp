@@ -1,0 +1,101 @@
+#include "kev/serve/scorer.h"
+
+#include <chrono>
+
+#include "kev/core/error.h"
+
+namespace kev {
+
+Scorer::Scorer(const std::string& bundle_dir, ScorerOptions options)
+    : options_(options),
+      tokenizer_(Tokenizer::from_file(bundle_dir + "/tokenizer.json")),
+      delimiters_(Delimiters::from(tokenizer_)),
+      model_(Model::load(bundle_dir, options.forward)),
+      head_(PointerHead::load_bundle(bundle_dir)),
+      cache_(
+          std::make_unique<PrefixCache<PrefixState>>(options.cache_entries, options.cache_tokens)) {
+  const ModelConfig& c = model_->config();
+  if (static_cast<int64_t>(head_.hidden()) != c.hidden)
+    fail(ErrorKind::kBadInput,
+         "{}: head.safetensors expects hidden size {} but config.json says {}", bundle_dir,
+         head_.hidden(), c.hidden);
+  if (tokenizer_.vocab_size() > c.vocab)
+    fail(ErrorKind::kBadInput, "{}: tokenizer.json has {} ids but the model's vocabulary is {}",
+         bundle_dir, tokenizer_.vocab_size(), c.vocab);
+}
+
+std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_t>& ids,
+                                                        bool* cached) const {
+  if (auto hit = cache_->find(ids)) {
+    *cached = true;
+    return hit;
+  }
+  *cached = false;
+  auto state = std::make_shared<const PrefixState>(model_->extend(model_->empty_state(), ids));
+  cache_->insert(ids, state);
+  return state;
+}
+
+ScoreResult Scorer::score(std::string_view request_json) const {
+  return score(parse_request(request_json));
+}
+
+ScoreResult Scorer::score(const ApiRequest& request) const {
+  auto start = std::chrono::steady_clock::now();
+  Encoding enc = encode_record(tokenizer_, delimiters_, to_record(request), options_.limits);
+  const size_t s = enc.state_length;
+
+  ScoreResult result;
+  result.usage.input_tokens = enc.ids.size();
+  result.usage.state_tokens = s;
+  result.usage.truncated = enc.truncated;
+  bool cached = false;
+  auto prefix = state_prefix(enc.state_ids(), &cached);
+  result.usage.cached_tokens = cached ? s : 0;
+
+  // One row per question: its branch continues the state; read <decide> then every </opt>.
+  std::vector<RowRequest> rows(enc.rows.size());
+  for (size_t q = 0; q < rows.size(); ++q) {
+    const EncodedRow& row = enc.rows[q];
+    rows[q].ids = row.branch_ids;
+    rows[q].readout.push_back(static_cast<int64_t>(row.decide - s));
+    for (size_t o : row.options) rows[q].readout.push_back(static_cast<int64_t>(o - s));
+  }
+  std::vector<RowResult> hidden = model_->run_rows(*prefix, rows);
+
+  const size_t d = head_.hidden();
+  std::vector<HeadQuestion> questions(rows.size());
+  std::vector<size_t> counts(rows.size());
+  size_t total = 0;
+  for (size_t q = 0; q < rows.size(); ++q) {
+    const std::vector<float>& h = hidden[q].hidden;
+    counts[q] = enc.rows[q].options.size();
+    questions[q].decide = std::span<const float>(h.data(), d);
+    questions[q].options = std::span<const float>(h.data() + d, counts[q] * d);
+    questions[q].num_options = counts[q];
+    total += counts[q];
+  }
+  std::vector<float> logits(total), probs(total);
+  HeadWorkspace workspace;
+  head_.score_batch(questions, logits, probs, workspace);
+
+  size_t at = 0;
+  for (size_t q = 0; q < rows.size(); ++q) {
+    result.probabilities.emplace_back(probs.begin() + at, probs.begin() + at + counts[q]);
+    at += counts[q];
+  }
+  double latency =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  OrderedJson usage = {{"input_tokens", result.usage.input_tokens},
+                       {"output_tokens", 0},
+                       {"state_tokens", result.usage.state_tokens},
+                       {"cached_tokens", result.usage.cached_tokens}};
+  if (enc.truncated) usage["truncated_state_tokens"] = enc.state_tokens;
+  result.response = {{"model", request.model},
+                     {"answers", answers_json(request, result.probabilities, {options_.decimals})},
+                     {"usage", usage},
+                     {"latency_ms", python_round(latency, 3)}};
+  return result;
+}
+
+}  // namespace kev
