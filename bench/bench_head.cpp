@@ -3,7 +3,12 @@
 // bench/bench_head.py runs this and torch in the same run and reports the ratios.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kev/head/pointer_head.h"
@@ -34,23 +39,34 @@ const kev::PointerHead& head() {
   return h;
 }
 
-void run(benchmark::State& state, size_t questions, size_t options, kev::HeadIsa isa,
-         size_t workers) {
+// One benchmark case: inputs, outputs and a workspace reused by every call.
+struct Case {
   std::vector<std::vector<float>> dec, opt;
   std::vector<kev::HeadQuestion> qs;
-  std::vector<size_t> counts(questions, options);
-  for (size_t q = 0; q < questions; ++q) {
-    dec.push_back(uniform(kD, 1, 10 + 2 * static_cast<uint32_t>(q)));
-    opt.push_back(uniform(options * kD, 1, 11 + 2 * static_cast<uint32_t>(q)));
-  }
-  for (size_t q = 0; q < questions; ++q) qs.push_back({dec[q], opt[q], options});
-  std::vector<float> logits(questions * options), probs(questions * options);
+  std::vector<size_t> counts;
+  std::vector<float> logits, probs;
   kev::HeadWorkspace ws;
-  for (auto _ : state) {
+
+  Case(size_t questions, size_t options) : counts(questions, options) {
+    for (size_t q = 0; q < questions; ++q) {
+      dec.push_back(uniform(kD, 1, 10 + 2 * static_cast<uint32_t>(q)));
+      opt.push_back(uniform(options * kD, 1, 11 + 2 * static_cast<uint32_t>(q)));
+    }
+    for (size_t q = 0; q < questions; ++q) qs.push_back({dec[q], opt[q], options});
+    logits.resize(questions * options);
+    probs.resize(questions * options);
+  }
+  void call(kev::HeadIsa isa, size_t workers) {
     head().project_batch(qs, logits, ws, isa, workers);
     head().calibrate_batch(counts, logits, probs);
     benchmark::DoNotOptimize(probs.data());
   }
+};
+
+void run(benchmark::State& state, size_t questions, size_t options, kev::HeadIsa isa,
+         size_t workers) {
+  Case c(questions, options);
+  for (auto _ : state) c.call(isa, workers);
   state.counters["questions_per_s"] = benchmark::Counter(
       static_cast<double>(questions), benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -77,7 +93,36 @@ void register_all() {
 
 }  // namespace
 
+// `bench_head --samples N`: N timed calls per case (auto ISA), printed as JSON
+// {"head_1x255/allthreads": [us, ...], ...}, for bench_head.py's per-call median / minimum.
+int samples_mode(int n) {
+  std::string out = "{";
+  for (auto [questions, options] : {std::pair<size_t, size_t>{1, 255}, {64, 8}}) {
+    Case c(questions, options);
+    for (size_t workers : {size_t{0}, size_t{1}}) {
+      c.call(kev::HeadIsa::kAuto, workers);  // warm-up
+      if (out.size() > 1) out += ",";
+      out += "\"head_";
+      out += std::to_string(questions);
+      out += 'x';
+      out += std::to_string(options);
+      out += workers ? "/1thread\":[" : "/allthreads\":[";
+      for (int i = 0; i < n; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        c.call(kev::HeadIsa::kAuto, workers);
+        std::chrono::duration<double, std::micro> us = std::chrono::steady_clock::now() - t0;
+        if (i) out += ',';
+        out += std::to_string(us.count());
+      }
+      out += "]";
+    }
+  }
+  std::printf("%s}\n", out.c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--samples") == 0) return samples_mode(std::atoi(argv[2]));
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
