@@ -19,9 +19,11 @@
 // Calibration: z_i = logit_i / float(T) in FP32 (as torch does), then softmax in FP64 (max
 // subtracted) rounded once to FP32.
 //
-// Threads and memory: batches use kev::parallel_for over blocks of questions; results do not
-// depend on the split. The hot path allocates nothing beyond the caller's HeadWorkspace, which
-// grows on first use and is reused afterwards.
+// Threads and memory: a batch is cut into blocks of up to 8 consecutive questions (their W_q /
+// W_k loads are shared); blocks run on kev::parallel_for workers (which start threads per
+// call), a single block on the calling thread. Results do not depend on the split. The kernels
+// allocate nothing; scratch lives in the caller's HeadWorkspace, which grows on first use and is
+// reused afterwards.
 //
 // Refusals (kev::Error kBadInput, one sentence naming the question / option / tensor): 0 or
 // more than 255 options, a hidden size other than d, NaN/Inf inputs, a temperature that is not
