@@ -146,3 +146,16 @@ def test_decode_round_trip():
                               input=json.dumps(ids).encode(), capture_output=True, check=True, timeout=60)
         import unicodedata
         assert json.loads(back.stdout)["text"] == unicodedata.normalize("NFC", s)
+
+
+def test_synth_default_tokenizer(tmp_path):
+    """The default tokenizer.json written by `kev synth` (a small real byte-level BPE) loads and
+    matches the oracle on the corpus."""
+    proc = subprocess.run([KEV_BIN, "synth", "--out", str(tmp_path / "synth"), "--quiet"], capture_output=True,
+                          timeout=600)
+    if proc.returncode != 0 and b"synth" in proc.stderr and b"unknown" in proc.stderr.lower():
+        pytest.skip("kev synth not built")
+    assert proc.returncode == 0, proc.stderr.decode()
+    tok = str(tmp_path / "synth" / "base" / "tokenizer.json")
+    compare(read_corpus(), CORPUS, tok, True)
+    compare(read_corpus(), CORPUS, tok, False)
