@@ -164,7 +164,9 @@ std::string_view ZipReader::read(const ZipEntry& e) const {
 std::string build_stored_zip(const std::vector<std::pair<std::string, std::string>>& entries,
                              size_t alignment) {
   std::string out, central;
-  for (const auto& [name, data] : entries) {
+  for (const auto& entry : entries) {
+    const std::string& name = entry.first;  // not a structured binding: lambdas capture it
+    const std::string& data = entry.second;
     if (name.size() > 0xffff || data.size() >= 0xffffffffu || out.size() >= 0xffffffffu)
       fail(ErrorKind::kUnsupported, "zip entry {} is too large for a non-zip64 archive", name);
     uint64_t offset = out.size();
