@@ -43,6 +43,13 @@ int run_score(const ScoreOptions& o) {
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (!nlohmann::json::accept(line)) {  // malformed JSON is a 400, as the HTTP API says
+      std::cout
+          << OrderedJson{{"detail", "the request line is not valid JSON"}, {"status", 400}}.dump()
+          << "\n";
+      status = exit_code(ErrorKind::kBadInput);
+      continue;
+    }
     try {
       std::cout << scorer.score(line).response.dump() << "\n";
     } catch (const Error& e) {
