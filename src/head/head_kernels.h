@@ -15,8 +15,9 @@ struct KernelSet {
   // u[q][k] = dot16(W[k,:], h[q]) + b[k] for k < p, q < nq (nq <= kMaxBlock).
   void (*project)(const float* w, const float* b, size_t p, size_t d, const float* const* h,
                   size_t nq, float* const* u);
-  // v[q][j] = sum over k ascending of u[q][k] * W[k,j] (FMA), j < d, q < nq.
-  void (*fold)(const float* w, size_t p, size_t d, const float* const* u, size_t nq,
+  // v[q][j] = sum over k ascending of u[q][k] * W[k,j] (FMA) for j < n, q < nq; rows of W are
+  // `stride` floats apart (a column range of a [p, d] matrix: w + j0, stride d).
+  void (*fold)(const float* w, size_t p, size_t stride, size_t n, const float* const* u, size_t nq,
                float* const* v);
   // dot16(a, b) over n elements.
   float (*dot)(const float* a, const float* b, size_t n);

@@ -180,10 +180,22 @@ void PointerHead::check_question(const HeadQuestion& q, size_t index) const {
   if (i != d)
     fail(ErrorKind::kBadInput, "question {}: the decide hidden state holds {} at feature {}", index,
          q.decide[i], i);
-  i = first_non_finite(q.options.data(), q.options.size());
+  // Options are checked after projection: a NaN or Inf anywhere in option i always makes
+  // logit i non-finite (NaN and Inf propagate through every FMA and add, and Inf * 0 is NaN),
+  // so scanning K logits replaces scanning K*d inputs; explain_non_finite() then names the
+  // culprit.
+}
+
+void PointerHead::explain_non_finite(const HeadQuestion& q, size_t index, size_t option,
+                                     float value) const {
+  size_t d = w_.hidden;
+  size_t i = first_non_finite(q.options.data(), q.options.size());
   if (i != q.options.size())
     fail(ErrorKind::kBadInput, "question {}: option {} holds {} at feature {}", index, i / d,
          q.options[i], i % d);
+  fail(ErrorKind::kBadInput,
+       "question {}: the logit of option {} overflowed to {} (hidden states too large)", index,
+       option, value);
 }
 
 void PointerHead::project_block(const HeadQuestion* qs, size_t count, float* const* outs,
@@ -200,7 +212,7 @@ void PointerHead::project_block(const HeadQuestion* qs, size_t count, float* con
     v[q] = scratch + head_kernels::kMaxBlock * pp + q * dp;
   }
   k.project(w_.q_weight.data(), w_.q_bias.data(), p, d, h, count, u);
-  k.fold(w_.k_weight.data(), p, d, u, count, v);
+  k.fold(w_.k_weight.data(), p, d, d, u, count, v);
   for (size_t q = 0; q < count; ++q) {
     float c = k.dot(w_.k_bias.data(), u[q], p);
     k.logits(qs[q].options.data(), qs[q].num_options, d, v[q], c, scale_, outs[q]);
@@ -262,9 +274,7 @@ void PointerHead::project_batch(std::span<const HeadQuestion> qs, std::span<floa
   if (bad != total) {
     size_t q = 0;
     while (ws.offsets_[q] + qs[q].num_options <= bad) ++q;
-    fail(ErrorKind::kBadInput,
-         "question {}: the logit of option {} overflowed to {} (hidden states too large)", q,
-         bad - ws.offsets_[q], logits[bad]);
+    explain_non_finite(qs[q], q, bad - ws.offsets_[q], logits[bad]);
   }
 }
 

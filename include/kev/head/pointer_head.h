@@ -21,9 +21,10 @@
 //
 // Threads and memory: a batch is cut into blocks of up to 8 consecutive questions (their W_q /
 // W_k loads are shared); blocks run on kev::parallel_for workers (which start threads per
-// call), a single block on the calling thread. Results do not depend on the split. The kernels
-// allocate nothing; scratch lives in the caller's HeadWorkspace, which grows on first use and is
-// reused afterwards.
+// call), a lone block on the calling thread (splitting one block over two threads was measured
+// slower on the shared 2-core machine: docs/performance.md). Results do not depend on the split.
+// The kernels allocate nothing; scratch lives in the caller's HeadWorkspace, which grows on first
+// use and is reused afterwards.
 //
 // Refusals (kev::Error kBadInput, one sentence naming the question / option / tensor): 0 or
 // more than 255 options, a hidden size other than d, NaN/Inf inputs, a temperature that is not
@@ -87,7 +88,7 @@ class PointerHead {
   size_t pointer_dim() const { return w_.pointer_dim; }
   double temperature() const { return temperature_; }
 
-  // Raw logits of one question; logits.size() must equal q.num_options.
+  // Raw logits of one question, on the calling thread; logits.size() must equal q.num_options.
   void project(const HeadQuestion& q, std::span<float> logits, HeadWorkspace& ws,
                HeadIsa isa = HeadIsa::kAuto) const;
   // Raw logits of many questions, concatenated in question order into `logits` (size = total
@@ -105,6 +106,8 @@ class PointerHead {
 
  private:
   void check_question(const HeadQuestion& q, size_t index) const;
+  [[noreturn]] void explain_non_finite(const HeadQuestion& q, size_t index, size_t option,
+                                       float value) const;
   void project_block(const HeadQuestion* qs, size_t count, float* const* outs, float* scratch,
                      HeadIsa isa) const;
   size_t slot_floats() const;
