@@ -102,6 +102,16 @@ def main():
     recipe = os.path.join(a.work, f"recipe-{a.shape}.json")
     if not os.path.exists(recipe):
         run([a.kev, "pin", "--base", base, "--checkpoint", ckpt, "--out", recipe])
+        if a.synth_args:  # a scaled shape is not Kev-4B: name it so and count its targets
+            with open(os.path.join(ckpt, "adapter_model.safetensors"), "rb") as f:
+                n = int.from_bytes(f.read(8), "little")
+                names = json.loads(f.read(n))
+            with open(recipe) as f:
+                r = json.load(f)
+            r["model"] = "kev-4b-scaled"
+            r["lora"]["targets"] = sum(k.endswith("lora_A.weight") for k in names)
+            with open(recipe, "w") as f:
+                json.dump(r, f, indent=2)
     inputs = [os.path.join(base, n) for n in sorted(os.listdir(base))] + \
              [os.path.join(ckpt, n) for n in sorted(os.listdir(ckpt))]
     in_bytes = sum(os.path.getsize(p) for p in inputs)
