@@ -1,0 +1,109 @@
+"""Independent reference of the whole Kev scoring path (REFERENCE.md sections 4-8), in torch.
+
+Shares nothing with the C++ code:
+- encoding: encode_reference.py (upstream rules in Python, token ids from transformers.js);
+- weights: the synthetic checkpoint's base shards and adapter, merged here exactly as the
+  reference loader does (`(W.float() + (B.float() @ A.float()) * scale).to(torch.bfloat16)`);
+- backbone: qwen35_reference.Reference in float64, each question run as its own full causal row
+  (state + branch; no prefix reuse);
+- head: torch.load of head.pt (torch's own unpickler), q/k as float64 linear maps,
+  softmax(logit / T) per question;
+- answers: the formulas of REFERENCE.md section 8 in float64.
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+import kevtest  # noqa: E402
+from encode_reference import reference_encode  # noqa: E402
+from qwen35_reference import Reference  # noqa: E402
+
+LANG = "model.language_model."
+
+
+def merged_weights(synth_dir):
+    """(text_config, {name without prefix: float64 tensor}) with the LoRA merged to BF16 first."""
+    base = os.path.join(synth_dir, "base")
+    ckpt = os.path.join(synth_dir, "checkpoint")
+    cfg = json.load(open(os.path.join(base, "config.json")))
+    tc = cfg["text_config"]
+    index = json.load(open(os.path.join(base, "model.safetensors.index.json")))
+    tensors = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors.update(kevtest.read_safetensors(os.path.join(base, shard)))
+    acfg = json.load(open(os.path.join(ckpt, "adapter_config.json")))
+    scale = acfg["lora_alpha"] / acfg["r"]
+    adapter = kevtest.read_safetensors(os.path.join(ckpt, "adapter_model.safetensors"))
+    for name, a in adapter.items():
+        if not name.endswith(".lora_A.weight"):
+            continue
+        stem = name[len("base_model.model."):-len(".lora_A.weight")]
+        b = adapter[name.replace("lora_A", "lora_B")]
+        target = LANG + stem + ".weight"
+        w = tensors[target]
+        tensors[target] = (w.float() + (b.float() @ a.float()) * scale).to(torch.bfloat16)
+    w = {k[len(LANG):]: v.to(torch.float64) for k, v in tensors.items() if k.startswith(LANG)}
+    return tc, w
+
+
+class Head:
+    def __init__(self, head_pt):
+        ckpt = torch.load(head_pt, map_location="cpu")
+        h = ckpt["head"]
+        self.qw, self.qb = h["q.weight"].double(), h["q.bias"].double()
+        self.kw, self.kb = h["k.weight"].double(), h["k.bias"].double()
+        self.temperature = float(ckpt["temperature"])
+
+    def probabilities(self, decide, options):
+        q = self.qw @ decide + self.qb
+        k = options @ self.kw.T + self.kb
+        logits = (k @ q) / math.sqrt(q.numel())
+        return torch.softmax(logits / self.temperature, dim=-1)
+
+
+def answer(qtype, keys, options, probs):
+    """REFERENCE.md section 8, in float64, unrounded."""
+    p = [float(x) for x in probs]
+    if qtype == "noul":
+        return {"type": "noul", "noul": p[1]}
+    if qtype == "choice":
+        k = len(p)
+        best = max(range(k), key=lambda i: (p[i], -i))
+        conf = 1.0 if k == 1 else (p[best] - 1 / k) / (1 - 1 / k)
+        return {"type": "choice", "choice": keys[best], "confidence": conf, "probabilities": dict(zip(keys, p))}
+    levels = len(p)
+    mode = max(range(levels), key=lambda i: (p[i], -i))
+    conf = 1.0 if levels == 1 else 1 - sum(pi * abs(i - mode) for i, pi in enumerate(p)) / (levels - 1)
+    return {"type": "score", "score": sum(i * pi for i, pi in enumerate(p)),
+            "legend": {str(i): o for i, o in enumerate(options)},
+            "probabilities": {str(i): pi for i, pi in enumerate(p)}, "confidence": conf}
+
+
+class ScoringReference:
+    def __init__(self, synth_dir):
+        tc, w = merged_weights(synth_dir)
+        self.model = Reference(tc, w)
+        self.head = Head(os.path.join(synth_dir, "checkpoint", "head.pt"))
+        self.tokenizer = os.path.join(synth_dir, "base", "tokenizer.json")
+
+    def score(self, requests, max_state=65536, max_row=73728, truncate=False):
+        """Per request: {"error": ...} or {"answers": {id: answer}, "probabilities": {id: [p]}, "encoding": e}."""
+        out = []
+        for e in reference_encode(requests, self.tokenizer, max_state, max_row, truncate):
+            if "error" in e:
+                out.append(e)
+                continue
+            answers, probs = {}, {}
+            for q, row in zip(e["questions"], e["rows"]):
+                hidden = self.model.forward(row["ids"], list(range(len(row["ids"]))))
+                p = self.head.probabilities(hidden[row["decide"]], hidden[row["options"]])
+                probs[q["id"]] = [float(x) for x in p]
+                answers[q["id"]] = answer(q["type"], q["keys"], q["options"], p)
+            out.append({"answers": answers, "probabilities": probs, "encoding": e})
+        return out
