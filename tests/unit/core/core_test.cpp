@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <thread>
 
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
@@ -68,6 +69,25 @@ TEST(Threads, ParallelForVisitsEachIndexOnceAndRethrows) {
                    },
                    2),
                Error);
+}
+
+TEST(Threads, NestedAndConcurrentCallersComplete) {
+  std::atomic<int> total{0};
+  auto outer = [&](size_t) {
+    parallel_for(
+        10, [&](size_t) { total++; }, 2);  // nested: runs inline on pool threads
+  };
+  std::thread a([&] { parallel_for(20, outer, 2); });
+  std::thread b([&] { parallel_for(20, outer, 2); });  // pool busy: runs on its own thread
+  a.join();
+  b.join();
+  EXPECT_EQ(total.load(), 400);
+  for (int round = 0; round < 200; ++round) {  // many small jobs reuse the same workers
+    std::atomic<int> hits{0};
+    parallel_for(
+        3, [&](size_t) { hits++; }, 2);
+    ASSERT_EQ(hits.load(), 3);
+  }
 }
 
 TEST(StagingDir, RemovedUnlessPublishedAndRefusesExisting) {
