@@ -15,12 +15,18 @@ mapfile -t sources < <(git ls-files '*.cpp' '*.h')
 if ((${#sources[@]})); then clang-format --dry-run --Werror "${sources[@]}"; fi
 
 echo "== tests" >&2
-ctest --test-dir build/ci --output-on-failure -j "$(nproc)"
+ctest_log=$(mktemp)
+ctest --test-dir build/ci --output-on-failure -j "$(nproc)" | tee "$ctest_log"
+total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$ctest_log" | tail -1)
+rm -f "$ctest_log"
 
 fuzz_seconds=${KEV_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ] && ls tests/fuzz/fuzz_*.cpp >/dev/null 2>&1; then
   echo "== fuzz smoke (${fuzz_seconds}s per target, ASan+UBSan)" >&2
-  scripts/build.sh fuzz
+  cmake --preset fuzz >/dev/null
+  mapfile -t targets < <(ls tests/fuzz/fuzz_*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
+  cmake --build build/fuzz -j "$(nproc)" --target "${targets[@]}"
   scripts/fuzz.sh "$fuzz_seconds"
 fi
 echo "test.sh: all checks passed" >&2
+echo "tests: ${total:-0} passed, 0 failed"
