@@ -1,0 +1,57 @@
+// HttpServer: the System1-Omni-compatible HTTP API over one Scorer (REFERENCE.md section 8).
+//
+//   POST /v1/systemone  request JSON -> the Scorer's response JSON (application/json)
+//   GET  /health        {"status":"ok","model","inflight","queued","cache":{...}}
+//   GET  /v1/models
+//   {"object":"list","data":[{"id":<model>,"object":"model"},{"id":"kev-latest",...}]}
+//
+// Contract: every error is {"detail": msg} with 400 malformed JSON, 413 body over max_body,
+// 422 invalid semantics / context overflow / unknown model, 503 busy (with Retry-After),
+// 500 internal, 404 unknown path, 405 wrong method on a known path. A request either gets the
+// whole response or an error, never partial answers.
+// Admission: at most max_inflight requests score at once and at most max_queue wait for a
+// slot; any request beyond that is answered 503 at once. The connection thread pool is sized
+// so that admitted + rejected requests never wait behind each other inside the HTTP layer.
+// stop() (thread-safe, e.g. from a signal watcher) stops accepting; run() returns after every
+// request already read has been answered.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kev/serve/scorer.h"
+
+namespace kev {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port
+  size_t max_inflight = 1;
+  size_t max_queue = 16;
+  size_t max_body = size_t{4} << 20;
+  bool log_requests = true;  // one line per request on stderr
+};
+
+class HttpServer {
+ public:
+  // model_name: the bundle's model (kev_export.json "model"); "kev-latest" is its alias.
+  HttpServer(const Scorer& scorer, std::string model_name, ServeOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port; returns the bound port. Error(kIo) naming the address on failure.
+  int bind();
+  // Serves until stop(); returns once every accepted request has been answered.
+  void run();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The served model's name from a bundle's manifest (kev_export.json "model").
+std::string bundle_model_name(const std::string& bundle_dir);
+
+}  // namespace kev

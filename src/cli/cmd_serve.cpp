@@ -1,0 +1,100 @@
+// `kev serve`: the HTTP API (POST /v1/systemone, GET /health, GET /v1/models) over a bundle.
+// Prints one JSON line {"listening": "http://HOST:PORT", "model": NAME} on stdout once bound;
+// SIGINT/SIGTERM stop accepting, let every accepted request finish, then exit 0.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "cli/command.h"
+#include "kev/core/error.h"
+#include "kev/core/interrupt.h"
+#include "kev/serve/http_server.h"
+
+namespace kev::cli {
+namespace {
+
+struct ServeCliOptions {
+  std::string bundle;
+  ServeOptions serve;
+  size_t threads = 0;
+  int64_t max_state = EncodeLimits{}.max_state;
+  int64_t max_row = EncodeLimits{}.max_row;
+  bool truncate = false;
+  int decimals = 4;
+  size_t cache_entries = 16;
+  bool quiet = false;
+};
+
+int run_serve(ServeCliOptions& o) {
+  ScorerOptions so;
+  so.limits.max_state = o.max_state;
+  so.limits.max_row = o.max_row;
+  so.limits.truncate = o.truncate;
+  so.decimals = o.decimals;
+  so.cache_entries = o.cache_entries;
+  so.forward.threads = o.threads;
+  const std::string model = bundle_model_name(o.bundle);
+  Scorer scorer(o.bundle, so);
+  check_interrupted();  // a signal during loading: stop before listening
+
+  o.serve.log_requests = !o.quiet;
+  HttpServer server(scorer, model, o.serve);
+  const int port = server.bind();
+  const std::string& host = o.serve.host;
+  const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  std::printf("%s\n",
+              OrderedJson{{"listening", fmt::format("http://{}:{}", shown, port)}, {"model", model}}
+                  .dump()
+                  .c_str());
+  std::fflush(stdout);
+
+  // The signal handler only sets a flag; this thread turns it into server.stop(). It repeats
+  // stop() until run() returns, so a signal that lands before listening starts is not lost.
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      if (interrupted()) server.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  server.run();
+  done = true;
+  watcher.join();
+  if (!o.quiet) std::fprintf(stderr, "kev serve: stopped\n");
+  return 0;
+}
+
+const bool registered = register_command(
+    "serve", "serve the System1-Omni HTTP API (/v1/systemone, /health, /v1/models) from a bundle",
+    [](CLI::App& app) {
+      auto o = std::make_shared<ServeCliOptions>();
+      app.add_option("--bundle", o->bundle, "export bundle directory")->required();
+      app.add_option("--host", o->serve.host, "address to listen on (default 127.0.0.1)");
+      app.add_option("--port", o->serve.port, "TCP port (default 8000; 0 picks a free port)");
+      app.add_option("--threads", o->threads, "compute threads per request (default: all cores)");
+      app.add_option("--max-inflight", o->serve.max_inflight,
+                     "requests scoring at once (default 1: one request already uses all cores)")
+          ->check(CLI::PositiveNumber);
+      app.add_option("--max-queue", o->serve.max_queue,
+                     "requests waiting for a scoring slot before 503 (default 16)");
+      app.add_option("--max-body", o->serve.max_body,
+                     "largest request body in bytes, else 413 (default 4 MiB)")
+          ->check(CLI::PositiveNumber);
+      app.add_option("--max-state", o->max_state, "max state tokens, <state> included");
+      app.add_option("--max-row", o->max_row, "max tokens of state + one question");
+      app.add_flag("--truncate", o->truncate, "truncate an over-long state instead of refusing");
+      app.add_option("--decimals", o->decimals, "round answers to N decimals (negative: exact)");
+      app.add_option("--cache-entries", o->cache_entries, "state prefixes kept in the LRU cache");
+      // main() adds --quiet to the command and to `kev` itself; either silences the log.
+      CLI::Option* quiet_here = app.get_option_no_throw("--quiet");
+      CLI::Option* quiet_top =
+          app.get_parent() ? app.get_parent()->get_option_no_throw("--quiet") : nullptr;
+      return [o, quiet_here, quiet_top] {
+        o->quiet = (quiet_here && quiet_here->count() > 0) || (quiet_top && quiet_top->count() > 0);
+        return run_serve(*o);
+      };
+    });
+
+}  // namespace
+}  // namespace kev::cli
