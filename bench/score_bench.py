@@ -91,8 +91,7 @@ def native(binary, bundle, req, stream):
 def torch_reference(synth, req, threads):
     from score_reference import ScoringReference
     torch.set_num_threads(threads)
-    ref = ScoringReference(synth)
-    ref.model = type(ref.model)(ref.model.c, {k: v.float() for k, v in ref.model.w.items()})
+    ref = ScoringReference(synth, dtype=torch.float32)
     t0 = time.perf_counter()
     with torch.no_grad():
         out = ref.score([req])[0]

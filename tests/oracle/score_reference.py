@@ -27,8 +27,8 @@ from qwen35_reference import Reference  # noqa: E402
 LANG = "model.language_model."
 
 
-def merged_weights(synth_dir):
-    """(text_config, {name without prefix: float64 tensor}) with the LoRA merged to BF16 first."""
+def merged_weights(synth_dir, dtype=torch.float64):
+    """(text_config, {name without prefix: `dtype` tensor}) with the LoRA merged to BF16 first."""
     base = os.path.join(synth_dir, "base")
     ckpt = os.path.join(synth_dir, "checkpoint")
     cfg = json.load(open(os.path.join(base, "config.json")))
@@ -48,7 +48,7 @@ def merged_weights(synth_dir):
         target = LANG + stem + ".weight"
         w = tensors[target]
         tensors[target] = (w.float() + (b.float() @ a.float()) * scale).to(torch.bfloat16)
-    w = {k[len(LANG):]: v.to(torch.float64) for k, v in tensors.items() if k.startswith(LANG)}
+    w = {k[len(LANG):]: v.to(dtype) for k, v in tensors.items() if k.startswith(LANG)}
     return tc, w
 
 
@@ -61,6 +61,7 @@ class Head:
         self.temperature = float(ckpt["temperature"])
 
     def probabilities(self, decide, options):
+        decide, options = decide.double(), options.double()
         q = self.qw @ decide + self.qb
         k = options @ self.kw.T + self.kb
         logits = (k @ q) / math.sqrt(q.numel())
@@ -86,8 +87,8 @@ def answer(qtype, keys, options, probs):
 
 
 class ScoringReference:
-    def __init__(self, synth_dir):
-        tc, w = merged_weights(synth_dir)
+    def __init__(self, synth_dir, dtype=torch.float64):
+        tc, w = merged_weights(synth_dir, dtype)
         self.model = Reference(tc, w)
         self.head = Head(os.path.join(synth_dir, "checkpoint", "head.pt"))
         self.tokenizer = os.path.join(synth_dir, "base", "tokenizer.json")
