@@ -91,7 +91,8 @@ class Unpickler {
         zip_(zip),
         root_(std::move(root)),
         file_(std::move(file)),
-        byte_budget_(budget) {}
+        byte_budget_(budget),
+        initial_budget_(budget) {}
 
   PyValue run() {
     uint32_t result = interpret();
@@ -103,7 +104,8 @@ class Unpickler {
   size_t pos_ = 0, op_pos_ = 0;
   const ZipReader& zip_;
   std::string root_, file_;
-  uint64_t byte_budget_;
+  uint64_t byte_budget_;  // what is left
+  const uint64_t initial_budget_;
   std::vector<Node> nodes_;
   std::vector<Storage> storages_;
   std::unordered_map<std::string, uint32_t> storage_by_key_;
@@ -606,6 +608,16 @@ class Unpickler {
   }
 
   // ---- conversion to PyValue ----
+  // Every byte the conversion allocates (tensor data, and str/bytes/list copies, which are
+  // repeated for each shared reference) comes out of one budget sized from the file.
+  void charge(uint64_t bytes) {
+    if (bytes > byte_budget_)
+      bad("tensors, strings and lists add up to more than {} bytes after expanding shared "
+          "references",
+          initial_budget_);
+    byte_budget_ -= bytes;
+  }
+
   PyValue convert(uint32_t id, int depth) {
     if (depth > kMaxDepth) bad("objects nested deeper than {} levels (or a cycle)", kMaxDepth);
     if (++converted_ > kMaxConverted)
@@ -621,11 +633,14 @@ class Unpickler {
       case Kind::kFloat:
         return PyValue{n.f};
       case Kind::kStr:
+        charge(n.s.size());  // every reference is a copy
         return PyValue{n.s};
       case Kind::kBytes:
+        charge(n.s.size());
         return PyValue{std::vector<uint8_t>(n.s.begin(), n.s.end())};
       case Kind::kList:
       case Kind::kTuple: {
+        charge(n.items.size() * sizeof(PyValue));
         PyList items;
         items.reserve(std::min<size_t>(n.items.size(), 1 << 16));
         for (size_t k = 0; k < node(id).items.size(); ++k)
@@ -693,8 +708,8 @@ class Unpickler {
     out->location = s.location;
     const size_t item = dtype_size(s.dtype);
     const uint64_t numel = static_cast<uint64_t>(out->numel());  // bounded by rebuild_tensor
-    if (numel > byte_budget_ / item) bad("tensors add up to more than {} bytes", byte_budget_);
-    byte_budget_ -= numel * item;
+    if (numel > byte_budget_ / item) charge(std::numeric_limits<uint64_t>::max());
+    charge(numel * item);
     out->bytes.resize(numel * item);
     if (numel) copy_view(t, s, item, out->bytes.data());
     tensor_values_[id] = out;

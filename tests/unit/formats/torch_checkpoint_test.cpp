@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -264,6 +265,26 @@ TEST(TorchCheckpointReader, StackMarkAndMemoAbuse) {
   std::string doubling = "]";
   for (int i = 0; i < 60; ++i) doubling += "q\x00h\x00\x86"s;
   EXPECT_NE(refusal(archive(p2(doubling + "."))).find("expanding"), std::string::npos);
+}
+
+TEST(TorchCheckpointReader, SharedStringsCountAgainstTheByteBudget) {
+  // One 1 MiB string memoized once and referenced `copies` times from a list: each reference
+  // becomes a copy, so the reader must charge them all (budget: 8x the file + 64 MiB).
+  auto shared_string = [](int copies) {
+    std::string body = unicode(std::string(1u << 20, 'x')) + "q\x00"s + "0]("s;
+    for (int i = 0; i < copies; ++i) body += "h\x00"s;
+    return archive(p2(body + "e."));
+  };
+  PyValue ok = read_torch_checkpoint_bytes(shared_string(8), "mem.pt");
+  const auto* list = std::get_if<PyList>(&ok.v);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(list->size(), 8u);
+  EXPECT_EQ((*list)[7].as_string()->size(), 1u << 20);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string why = refusal(shared_string(200));
+  EXPECT_NE(why.find("mem.pt"), std::string::npos) << why;
+  EXPECT_NE(why.find("shared references"), std::string::npos) << why;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST(TorchCheckpointReader, TensorBoundsAreChecked) {
