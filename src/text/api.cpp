@@ -141,8 +141,13 @@ const char* type_name(QuestionType t) {
 
 OrderedJson parse_json_strict(std::string_view text, std::string_view what) {
   std::vector<std::set<std::string>> keys;
-  auto callback = [&](int, nlohmann::detail::parse_event_t event, OrderedJson& parsed) {
+  auto callback = [&](int depth, nlohmann::detail::parse_event_t event, OrderedJson& parsed) {
     using E = nlohmann::detail::parse_event_t;
+    // Rendering and answering recurse over the value; a bound keeps a hostile body from
+    // overflowing the stack or costing time quadratic in its depth.
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth) {
+      bad(fmt::format("{} nests JSON deeper than {} levels", what, kMaxJsonDepth));
+    }
     if (event == E::object_start) {
       keys.emplace_back();
     } else if (event == E::object_end) {

@@ -109,10 +109,11 @@ BAD = [
     ('{"state": "s", "questions": {"a": {"type": "choice", "criteria": {"x": null, "x": "dup"}}}}', 422, "x"),
     (json.dumps({"state": "s", "questions": {}}), 422, "question"),
     (json.dumps({"state": "word " * 400, "questions": {"a": {"type": "noul"}}}), 422, "state"),
+    ('{"questions": {"a": {"type": "noul"}}, "state": ' + "[" * 200000 + "]" * 200000 + "}", 422, "deeper"),
 ]
 
 
-@pytest.mark.parametrize("body,status,needle", BAD)
+@pytest.mark.parametrize("body,status,needle", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_single_request_refusals(bundle, body, status, needle):
     proc = run_kev("score", "--bundle", bundle, "--max-state", "64", input=body, check=False)
     assert proc.returncode == 2

@@ -8,7 +8,8 @@
 //   `questions` an object with >= 1 entry; each question an object with `type` choice | noul |
 //   score, `instructions` any JSON (missing = null); choice `criteria` an object of 1..255
 //   entries; noul `criteria` an object or null (only "false"/"true" read); score `criteria` an
-//   array of 1..255 levels. Duplicate keys in any JSON object are refused.
+//   array of 1..255 levels. Duplicate keys in any JSON object are refused, and so is JSON
+//   nested deeper than kMaxJsonDepth.
 // - render(): object/array/scalar -> text exactly as the upstream `render` (Python str() of
 //   scalars: True/False, shortest-repr floats; `key: value` lines, `- item`, two-space indent).
 // - Options in caller order: choice `name` or `name: render(desc)`; noul ["no[: desc]",
@@ -48,6 +49,7 @@ struct ApiRequest {
 };
 
 inline constexpr size_t kMaxOptions = 255;
+inline constexpr int kMaxJsonDepth = 64;  // request bodies nested deeper are refused (422)
 
 OrderedJson parse_json_strict(std::string_view text, std::string_view what);
 ApiRequest parse_request(std::string_view json_text);

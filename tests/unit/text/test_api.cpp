@@ -196,3 +196,27 @@ TEST(ApiAnswers, MismatchedProbabilitiesAreAnInternalError) {
 
 }  // namespace
 }  // namespace kev
+
+namespace kev {
+namespace {
+
+std::string nested_state(int depth) {
+  return R"({"questions": {"q": {"type": "noul"}}, "state": )" + std::string(depth, '[') +
+         std::string(depth, ']') + "}";
+}
+
+TEST(ApiRequestMapping, DeepNestingIsRefusedNotRecursedInto) {
+  EXPECT_NO_THROW(parse_request(nested_state(kMaxJsonDepth - 2)));
+  for (int depth : {kMaxJsonDepth + 1, 300000}) {
+    try {
+      parse_request(nested_state(depth));
+      FAIL() << "depth " << depth << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+      EXPECT_NE(std::string(e.what()).find("deeper than"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kev
