@@ -56,6 +56,19 @@ BaseTextConfig parse_base_text_config(std::string_view text, const std::string& 
   BaseTextConfig c;
   c.hidden = positive_int(*tc, "hidden_size", name);
   c.layers = positive_int(*tc, "num_hidden_layers", name);
+  c.intermediate = positive_int(*tc, "intermediate_size", name);
+  c.heads = positive_int(*tc, "num_attention_heads", name);
+  c.kv_heads = positive_int(*tc, "num_key_value_heads", name);
+  c.head_dim = tc->contains("head_dim") ? positive_int(*tc, "head_dim", name) : c.hidden / c.heads;
+  c.linear_key_heads = positive_int(*tc, "linear_num_key_heads", name);
+  c.linear_value_heads = positive_int(*tc, "linear_num_value_heads", name);
+  c.linear_key_dim = positive_int(*tc, "linear_key_head_dim", name);
+  c.linear_value_dim = positive_int(*tc, "linear_value_head_dim", name);
+  if (auto g = tc->find("attn_output_gate"); g != tc->end()) {
+    if (!g->is_boolean())
+      fail(ErrorKind::kBadInput, "{}: \"attn_output_gate\" must be true or false", name);
+    c.attn_output_gate = g->get<bool>();
+  }
   auto lt = tc->find("layer_types");
   if (lt == tc->end() || !lt->is_array())
     fail(ErrorKind::kBadInput, "{}: text_config.layer_types must be a list", name);

@@ -246,11 +246,15 @@ void merge_tensor(const SafetensorsFile& in, const TensorInfo& t, const Target& 
   adapter.file().release_pages(static_cast<size_t>(adapter.data(*target.b) - adapter.file().data()),
                                target.b->nbytes);
   const int64_t rows = t.shape[0], cols = t.shape[1];
+  // check_adapter refuses empty targets; this guard keeps the division below defined anyway.
+  if (rows <= 0 || cols <= 0)
+    fail(ErrorKind::kInternal, "{} has shape {}; LoRA targets must be non-empty", t.name,
+         shape_string(t.shape));
   const size_t row_bytes = static_cast<size_t>(cols) * 2;
-  const int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / row_bytes));
   if (row_bytes > kChunkBytes)
     fail(ErrorKind::kUnsupported, "{}: rows of {} bytes exceed the {}-byte chunk", t.name,
          row_bytes, kChunkBytes);
+  const int64_t chunk_rows = static_cast<int64_t>(kChunkBytes / row_bytes);
   const MergeIsa isa = merge_isa();
   const size_t workers = default_workers();
   const uint8_t* w = in.data(t);

@@ -1,6 +1,7 @@
 #include "kev/export/inventory.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <set>
 
@@ -33,6 +34,40 @@ std::string join_some(const std::vector<std::string>& items, size_t limit = 4) {
   return s;
 }
 
+int64_t product(std::initializer_list<int64_t> factors) {
+  int64_t p = 1;
+  for (int64_t f : factors)
+    if (__builtin_mul_overflow(p, f, &p))
+      fail(ErrorKind::kBadInput, "config.json sizes overflow a projection shape");
+  return p;
+}
+
+int64_t sum(int64_t a, int64_t b) {
+  int64_t s = 0;
+  if (__builtin_add_overflow(a, b, &s))
+    fail(ErrorKind::kBadInput, "config.json sizes overflow a projection shape");
+  return s;
+}
+
+// [out, in] of the base weight for one projection, as in REFERENCE.md's tensor list.
+std::vector<int64_t> base_shape(const BaseTextConfig& c, const std::string& module) {
+  const int64_t h = c.hidden, inter = c.intermediate;
+  const int64_t q = product({c.heads, c.head_dim, c.attn_output_gate ? 2 : 1}),
+                kv = product({c.kv_heads, c.head_dim}), attn = product({c.heads, c.head_dim});
+  const int64_t key = product({c.linear_key_heads, c.linear_key_dim}),
+                value = product({c.linear_value_heads, c.linear_value_dim});
+  if (module == "gate_proj" || module == "up_proj") return {inter, h};
+  if (module == "down_proj") return {h, inter};
+  if (module == "q_proj") return {q, h};
+  if (module == "k_proj" || module == "v_proj") return {kv, h};
+  if (module == "o_proj") return {h, attn};
+  if (module == "in_proj_qkv") return {sum(product({2, key}), value), h};
+  if (module == "in_proj_z") return {value, h};
+  if (module == "in_proj_a" || module == "in_proj_b") return {c.linear_value_heads, h};
+  if (module == "out_proj") return {h, value};
+  fail(ErrorKind::kInternal, "no shape rule for module {}", module);
+}
+
 }  // namespace
 
 std::vector<LoraTarget> expected_targets(const BaseTextConfig& config, const LoraConfig& lora) {
@@ -57,7 +92,8 @@ std::vector<LoraTarget> expected_targets(const BaseTextConfig& config, const Lor
         std::string stem = fmt::format("layers.{}.{}.{}", layer, f.name, m);
         out.push_back({"model.language_model." + stem + ".weight",
                        "base_model.model." + stem + ".lora_A.weight",
-                       "base_model.model." + stem + ".lora_B.weight", f.name, layer});
+                       "base_model.model." + stem + ".lora_B.weight", f.name, layer,
+                       base_shape(config, m)});
       }
     }
   }
@@ -101,6 +137,11 @@ void check_adapter(const std::vector<LoraTarget>& targets, const SafetensorsFile
     if (w->dtype != DType::kBF16 || w->shape.size() != 2)
       fail(ErrorKind::kUnsupported, "base weight {} is {} {}; LoRA targets must be 2-D BF16",
            t.base_name, dtype_name(w->dtype), shape_string(w->shape));
+    if (w->shape != t.base_shape || w->shape[0] <= 0 || w->shape[1] <= 0)
+      fail(ErrorKind::kBadInput,
+           "base weight {} has shape {} but config.json implies {}; every LoRA target must have "
+           "the projection's full, non-empty shape",
+           t.base_name, shape_string(w->shape), shape_string(t.base_shape));
     const TensorInfo& a = adapter.get(t.a_name);
     const TensorInfo& b = adapter.get(t.b_name);
     for (const TensorInfo* x : {&a, &b})

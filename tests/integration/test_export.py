@@ -496,6 +496,47 @@ def test_target_modules_subset_refused_for_kev4b(synth, tmp_path):
     refuse(synth, tmp_path, mod, "248", code=2)
 
 
+def rewrite_base_tensor(base, name, fn):
+    """Replaces one tensor in whichever base shard holds it (the index is unchanged)."""
+    with open(os.path.join(base, "model.safetensors.index.json")) as f:
+        shard = os.path.join(base, json.load(f)["weight_map"][name])
+    tensors = dict(kevtest.read_safetensors(shard))
+    tensors[name] = fn(tensors[name])
+    os.remove(shard)
+    kevtest.write_safetensors(shard, tensors, {"format": "pt"})
+
+
+def test_zero_width_target_refused(synth, tmp_path):
+    """A pinned base whose target weight is [out, 0] (and a matching [r, 0] lora_A) is
+    consistent with the LoRA shapes but not with config.json: refused before any output."""
+    stem = "layers.1.mlp.gate_proj"
+
+    def mod(b, c):
+        rewrite_base_tensor(b, f"model.language_model.{stem}.weight",
+                            lambda t: torch.zeros(t.shape[0], 0, dtype=torch.bfloat16))
+        def f(t):
+            t[f"base_model.model.{stem}.lora_A.weight"] = torch.zeros(16, 0)
+            return t
+        rewrite_adapter(c, f)
+    err = refuse(synth, tmp_path, mod, stem, "config.json", code=2)
+    assert "internal" not in err.lower()
+
+
+def test_base_shape_other_than_config_refused(synth, tmp_path):
+    """A target weight one column narrower than hidden_size, with LoRA factors to match."""
+    stem = "layers.3.self_attn.o_proj"
+
+    def mod(b, c):
+        rewrite_base_tensor(b, f"model.language_model.{stem}.weight",
+                            lambda t: t[:, :-1].contiguous())
+        def f(t):
+            k = f"base_model.model.{stem}.lora_A.weight"
+            t[k] = t[k][:, :-1].contiguous()
+            return t
+        rewrite_adapter(c, f)
+    refuse(synth, tmp_path, mod, stem, "shape", "config.json", code=2)
+
+
 # ---------------------------------------------------------------- faults and signals
 
 def test_write_failure_after_first_shard(synth, tmp_path):

@@ -3,7 +3,9 @@
 // field.
 //
 // BaseTextConfig    config.json's text settings (text_config, or top level for text-only
-//                   configs): hidden size, layer count, per-layer attention kind.
+//                   configs): hidden size, layer count, per-layer attention kind, and the
+//                   sizes that fix every LoRA target's base shape (all required, > 0;
+//                   head_dim defaults to hidden / heads as in the model config).
 // LoraConfig        adapter_config.json: PEFT LoRA only; DoRA, rsLoRA, fan_in_fan_out, biases,
 //                   modules_to_save, per-module rank/alpha patterns and layer subsets refused.
 // BaseIndex         model.safetensors.index.json: tensor -> shard.
@@ -21,6 +23,9 @@ struct BaseTextConfig {
   int64_t hidden = 0;
   int64_t layers = 0;
   std::vector<bool> full_attention;  // per layer: true = full attention, false = linear (GDN)
+  int64_t intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t linear_key_heads = 0, linear_value_heads = 0, linear_key_dim = 0, linear_value_dim = 0;
+  bool attn_output_gate = true;  // q_proj holds query and gate rows (absent means true)
 };
 BaseTextConfig parse_base_text_config(std::string_view json, const std::string& name);
 

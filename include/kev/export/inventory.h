@@ -9,8 +9,9 @@
 //
 // check_adapter refuses (Error kBadInput, listing what is wrong): a missing lora_A/lora_B, an
 // adapter tensor that is not an expected one (extra, unknown, a bias, a DoRA magnitude), a
-// count that differs from the recipe's, shapes other than A [r, in] / B [out, r] for a BF16
-// base weight [out, in], and adapter dtypes other than F32.
+// count that differs from the recipe's, a base weight whose shape is not the [out, in] that
+// config.json implies for its projection (so every dimension is > 0), shapes other than
+// A [r, in] / B [out, r] for a BF16 base weight [out, in], and adapter dtypes other than F32.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,9 +28,11 @@ struct LoraTarget {
   std::string a_name, b_name;
   std::string family;  // "mlp", "self_attn", "linear_attn"
   int64_t layer = 0;
+  std::vector<int64_t> base_shape;  // [out, in] that config.json implies
 };
 
-// Refuses (kUnsupported) a target module name outside the three families.
+// Refuses (kUnsupported) a target module name outside the three families, and (kBadInput) config
+// sizes whose products overflow.
 std::vector<LoraTarget> expected_targets(const BaseTextConfig& config, const LoraConfig& lora);
 
 // Shape lookups for base weights: returns nullptr when the base has no such tensor.

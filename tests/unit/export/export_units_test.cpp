@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -136,6 +137,9 @@ TEST(Inputs, HashMismatchNamesBothDigestsAndParsesNothing) {
 }
 
 const char* kConfig = R"({"text_config": {"hidden_size": 64, "num_hidden_layers": 8,
+  "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+  "linear_value_head_dim": 8,
   "layer_types": ["linear_attention","linear_attention","linear_attention","full_attention",
                   "linear_attention","linear_attention","linear_attention","full_attention"]}})";
 
@@ -164,12 +168,50 @@ TEST(Configs, Kev4bHas248Targets) {
     layer_types +=
         std::string(i ? "," : "") + (i % 4 == 3 ? "\"full_attention\"" : "\"linear_attention\"");
   std::string cfg =
-      R"({"text_config": {"hidden_size": 2560, "num_hidden_layers": 32, "layer_types": [)" +
+      R"({"text_config": {"hidden_size": 2560, "num_hidden_layers": 32,
+        "intermediate_size": 9216, "num_attention_heads": 16, "num_key_value_heads": 4,
+        "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "layer_types": [)" +
       layer_types + "]}}";
   auto t =
       expected_targets(parse_base_text_config(cfg, "c"), parse_lora_config(kAdapterConfig, "a"));
   EXPECT_EQ(t.size(), 248u);
   check_kev4b_counts(t);
+  // Base shapes as REFERENCE.md lists them for Kev-4B (h = 2560).
+  std::map<std::string, std::vector<int64_t>> want = {
+      {"layers.3.mlp.gate_proj", {9216, 2560}},
+      {"layers.3.mlp.down_proj", {2560, 9216}},
+      {"layers.3.self_attn.q_proj", {16 * 256 * 2, 2560}},
+      {"layers.3.self_attn.k_proj", {4 * 256, 2560}},
+      {"layers.3.self_attn.v_proj", {4 * 256, 2560}},
+      {"layers.3.self_attn.o_proj", {2560, 16 * 256}},
+      {"layers.0.linear_attn.in_proj_qkv", {2 * 16 * 128 + 32 * 128, 2560}},
+      {"layers.0.linear_attn.in_proj_z", {32 * 128, 2560}},
+      {"layers.0.linear_attn.in_proj_a", {32, 2560}},
+      {"layers.0.linear_attn.in_proj_b", {32, 2560}},
+      {"layers.0.linear_attn.out_proj", {2560, 32 * 128}}};
+  size_t seen = 0;
+  for (const auto& target : t) {
+    auto it = want.find(target.base_name.substr(std::string("model.language_model.").size(),
+                                                target.base_name.size() - 28));
+    if (it == want.end()) continue;
+    EXPECT_EQ(target.base_shape, it->second) << target.base_name;
+    ++seen;
+  }
+  EXPECT_EQ(seen, want.size());
+}
+
+TEST(Configs, ProjectionSizesAreRequired) {
+  nlohmann::json j = nlohmann::json::parse(kConfig);
+  j["text_config"].erase("intermediate_size");
+  std::string msg;
+  EXPECT_EQ(kind_of([&] { parse_base_text_config(j.dump(), "config.json"); }, &msg),
+            ErrorKind::kBadInput);
+  EXPECT_NE(msg.find("intermediate_size"), std::string::npos) << msg;
+  j = nlohmann::json::parse(kConfig);
+  j["text_config"]["linear_key_head_dim"] = 0;
+  EXPECT_EQ(kind_of([&] { parse_base_text_config(j.dump(), "config.json"); }),
+            ErrorKind::kBadInput);
 }
 
 TEST(Configs, RefusesNonPlainLora) {
