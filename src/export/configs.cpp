@@ -13,6 +13,12 @@ namespace {
 
 using Json = nlohmann::json;
 
+// A value for an error message: containers are named by type, since dump() recurses and a
+// deeply nested value would overflow the stack.
+std::string shown(const Json& v) {
+  return v.is_primitive() ? v.dump() : std::string(v.type_name());
+}
+
 Json parse_object(std::string_view text, const std::string& name) {
   Json j = Json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object())
@@ -32,7 +38,7 @@ void require_off(const Json& obj, const char* key, const char* what, const std::
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) return;
   fail(ErrorKind::kUnsupported, "{}: \"{}\" is {} ({}); only plain LoRA adapters can be merged",
-       name, key, it->dump(), what);
+       name, key, shown(*it), what);
 }
 
 // A collection that must be absent, null or empty.
@@ -41,7 +47,7 @@ void require_empty(const Json& obj, const char* key, const char* what, const std
   if (it == obj.end() || it->is_null() || ((it->is_object() || it->is_array()) && it->empty()))
     return;
   fail(ErrorKind::kUnsupported, "{}: \"{}\" is {} ({}); only plain LoRA adapters can be merged",
-       name, key, it->dump(), what);
+       name, key, shown(*it), what);
 }
 
 }  // namespace
@@ -85,7 +91,7 @@ BaseTextConfig parse_base_text_config(std::string_view text, const std::string& 
       fail(ErrorKind::kUnsupported,
            "{}: layer_types[{}] is {}; expected \"full_attention\" or "
            "\"linear_attention\"",
-           name, i, t.dump());
+           name, i, shown(t));
   }
   return c;
 }
@@ -95,7 +101,7 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
   auto pt = j.find("peft_type");
   if (pt == j.end() || *pt != "LORA")
     fail(ErrorKind::kUnsupported, "{}: peft_type is {}; only \"LORA\" adapters can be merged", name,
-         pt == j.end() ? std::string("missing") : pt->dump());
+         pt == j.end() ? std::string("missing") : shown(*pt));
   LoraConfig c;
   c.rank = positive_int(j, "r", name);
   auto alpha = j.find("lora_alpha");
@@ -113,7 +119,7 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
   require_empty(j, "layer_replication", "replicated layers", name);
   if (auto b = j.find("bias"); b != j.end() && *b != "none")
     fail(ErrorKind::kUnsupported, "{}: \"bias\" is {}; only bias \"none\" adapters can be merged",
-         name, b->dump());
+         name, shown(*b));
   auto tm = j.find("target_modules");
   if (tm == j.end() || !tm->is_array() || tm->empty())
     fail(ErrorKind::kUnsupported,
@@ -124,7 +130,7 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
   for (const Json& m : *tm) {
     if (!m.is_string()) fail(ErrorKind::kBadInput, "{}: target_modules holds a non-string", name);
     if (!seen.insert(m.get<std::string>()).second)
-      fail(ErrorKind::kBadInput, "{}: target_modules lists {} twice", name, m.dump());
+      fail(ErrorKind::kBadInput, "{}: target_modules lists {} twice", name, shown(m));
     c.target_modules.push_back(m.get<std::string>());
   }
   return c;
@@ -141,7 +147,7 @@ BaseIndex parse_base_index(std::string_view text, const std::string& name) {
     if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>()) ||
         !shard.get<std::string>().ends_with(".safetensors"))
       fail(ErrorKind::kBadInput, "{}: tensor {} maps to {}, not a plain .safetensors file name",
-           name, tensor, shard.dump());
+           name, tensor, shown(shard));
     idx.weight_map[tensor] = shard.get<std::string>();
     shards.insert(shard.get<std::string>());
   }

@@ -82,16 +82,31 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& f
   // Duplicate top-level names would let two different tensors hide behind one name.
   std::set<std::string> seen;
   std::string duplicate;
+  // The format nests at most {name: {"shape": [...]}}: containers open at depth 0 (the
+  // header), 1 (a tensor / __metadata__) and 2 (shape, data_offsets). Deeper containers are
+  // discarded as they are parsed and refused below, so no deep tree is ever built (printing or
+  // walking one recursively would overflow the stack).
+  bool too_deep = false;
   json::parser_callback_t track = [&](int depth, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::key && depth == 1) {
       const auto& k = parsed.get_ref<const std::string&>();
       if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
+    }
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth > 2) {
+      too_deep = true;
+      return false;
     }
     return true;
   };
   json header = json::parse(text.begin(), text.end(), track, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     fail(ErrorKind::kBadInput, "{} is not a valid safetensors file: header is not valid JSON",
+         file);
+  if (too_deep)
+    fail(ErrorKind::kBadInput,
+         "{} is not a valid safetensors file: the header nests lists or objects deeper than the "
+         "format allows (3 levels)",
          file);
   if (!duplicate.empty())
     fail(ErrorKind::kBadInput, "{}: tensor name '{}' appears twice in the header", file, duplicate);
@@ -119,7 +134,8 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& f
     const json& dt = v["dtype"];
     auto dtype = dt.is_string() ? parse_dtype(dt.get_ref<const std::string&>()) : std::nullopt;
     if (!dtype)
-      fail(ErrorKind::kBadInput, "{}: tensor '{}' has an unknown dtype {}", file, name, dt.dump());
+      fail(ErrorKind::kBadInput, "{}: tensor '{}' has an unknown dtype {}", file, name,
+           dt.is_primitive() ? dt.dump() : dt.type_name());
     t.dtype = *dtype;
     const json& shape = v["shape"];
     if (!shape.is_array())
@@ -128,7 +144,7 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& f
     for (const json& d : shape) {
       if (!d.is_number_unsigned())
         fail(ErrorKind::kBadInput, "{}: tensor '{}' has an invalid dimension {}", file, name,
-             d.dump());
+             d.is_primitive() ? d.dump() : d.type_name());
       uint64_t dim = d.get<uint64_t>();
       if (dim > (uint64_t{1} << 48))
         fail(ErrorKind::kBadInput, "{}: tensor '{}' dimension {} is too large", file, name, dim);

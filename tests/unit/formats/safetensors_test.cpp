@@ -83,5 +83,25 @@ TEST(Safetensors, RefusesMalformedHeaders) {
       "too many elements");
 }
 
+TEST(Safetensors, RefusesHeadersNestedDeeperThanTheFormat) {
+  // The parser itself is iterative; what must not happen is building (and then printing or
+  // walking recursively) a 200000-deep value, which would overflow the stack.
+  const size_t deep = 200000;
+  const std::string nested = std::string(deep, '[') + "1" + std::string(deep, ']');
+  expect_refused(
+      header_file(R"({"a":{"dtype":"F32","shape":)" + nested + R"(,"data_offsets":[0,4]}})", 4),
+      "deeper than the format allows");
+  expect_refused(
+      header_file(R"({"a":{"dtype":)" + nested + R"(,"shape":[1],"data_offsets":[0,4]}})", 4),
+      "deeper than the format allows");
+  expect_refused(header_file(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", 4),
+                 "deeper than the format allows");
+  expect_refused(header_file(R"({"__metadata__":{"k":[[1]]}})", 0),
+                 "deeper than the format allows");
+  // A container where a scalar belongs, at the deepest allowed level, is named by its type.
+  expect_refused(header_file(R"({"a":{"dtype":[1],"shape":[1],"data_offsets":[0,4]}})", 4),
+                 "unknown dtype array");
+}
+
 }  // namespace
 }  // namespace kev
