@@ -156,13 +156,14 @@ struct Tokenizer::Impl {
   std::vector<std::string> norm_content;  // parallel to `added`: content as matched
   bool any_raw = false, any_norm = false;
   int32_t size = 0;
+  int64_t id_limit = 0;  // every token id must be below this (see load)
 
   mutable std::shared_mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
   void load(const json& root);
-  void load_normalizer(const json& node);
-  void load_pre_tokenizer(const json& node, const std::string& where);
+  void load_normalizer(const json& node, int depth = 0);
+  void load_pre_tokenizer(const json& node, const std::string& where, int depth = 0);
   void load_model(const json& node);
   void load_added(const json& node);
 
@@ -178,9 +179,24 @@ struct Tokenizer::Impl {
 
 // ---- loading ---------------------------------------------------------------------------
 
+// Real tokenizers nest Sequence once or twice; the bound keeps the recursion (and the
+// ever-longer `where` strings) small for hostile files.
+constexpr int kMaxSequenceDepth = 16;
+constexpr int64_t kMaxIdGap = 65536;
+
 void Tokenizer::Impl::load(const json& root) {
   if (!root.is_object()) fail(ErrorKind::kBadInput, "{}: not a JSON object", source);
-  load_model(member(root, "model", source));
+  // Ids index a dense table, so they may leave gaps but not run far past the number of tokens
+  // (a single id of 2^30 in a tiny file would otherwise allocate gigabytes): every id must be
+  // below (vocab entries + added tokens) + kMaxIdGap, and below INT32_MAX / 2.
+  const json& model = member(root, "model", source);
+  int64_t entries = 0;
+  if (auto v = model.find("vocab"); model.is_object() && v != model.end() && v->is_object())
+    entries += static_cast<int64_t>(v->size());
+  if (auto a = root.find("added_tokens"); a != root.end() && a->is_array())
+    entries += static_cast<int64_t>(a->size());
+  id_limit = std::min<int64_t>(entries + kMaxIdGap, INT32_MAX / 2 + 1);
+  load_model(model);
   load_normalizer(root.value("normalizer", json()));
   const json& pre = root.value("pre_tokenizer", json());
   if (pre.is_null()) {
@@ -192,26 +208,32 @@ void Tokenizer::Impl::load(const json& root) {
   size = static_cast<int32_t>(id_to_token.size());
 }
 
-void Tokenizer::Impl::load_normalizer(const json& node) {
+void Tokenizer::Impl::load_normalizer(const json& node, int depth) {
   if (node.is_null()) return;
   std::string where = source + " normalizer";
   std::string type = type_of(node, where);
   if (type == "NFC") {
     nfc = true;
   } else if (type == "Sequence") {
-    for (const json& n : member(node, "normalizers", where)) load_normalizer(n);
+    if (depth >= kMaxSequenceDepth)
+      fail(ErrorKind::kBadInput, "{}: Sequence normalizers are nested deeper than {} levels", where,
+           kMaxSequenceDepth);
+    for (const json& n : member(node, "normalizers", where)) load_normalizer(n, depth + 1);
   } else {
     fail(ErrorKind::kUnsupported, "{}: normalizer type \"{}\" is not supported (only NFC)", where,
          type);
   }
 }
 
-void Tokenizer::Impl::load_pre_tokenizer(const json& node, const std::string& where) {
+void Tokenizer::Impl::load_pre_tokenizer(const json& node, const std::string& where, int depth) {
   std::string type = type_of(node, where);
   if (type == "Sequence") {
+    if (depth >= kMaxSequenceDepth)
+      fail(ErrorKind::kBadInput, "{}: Sequence pre-tokenizers are nested deeper than {} levels",
+           where, kMaxSequenceDepth);
     const json& list = member(node, "pretokenizers", where);
     for (size_t i = 0; i < list.size(); ++i) {
-      load_pre_tokenizer(list[i], where + "[" + std::to_string(i) + "]");
+      load_pre_tokenizer(list[i], where + "[" + std::to_string(i) + "]", depth + 1);
     }
   } else if (type == "Split") {
     const json& pattern = member(node, "pattern", where);
@@ -271,10 +293,14 @@ void Tokenizer::Impl::load_model(const json& node) {
   vocab.reserve(v.size() * 2);
   int32_t max_id = -1;
   for (auto it = v.begin(); it != v.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX / 2) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
       fail(ErrorKind::kBadInput, "{}.vocab[\"{}\"] must be a non-negative integer id", where,
            it.key());
+    }
+    if (it.value().get<int64_t>() >= id_limit) {
+      fail(ErrorKind::kBadInput,
+           "{}.vocab[\"{}\"] has id {}, far past the number of tokens; ids must be below {}", where,
+           it.key(), it.value().get<int64_t>(), id_limit);
     }
     auto id = static_cast<int32_t>(it.value().get<int64_t>());
     vocab.emplace(it.key(), id);
@@ -337,8 +363,12 @@ void Tokenizer::Impl::load_added(const json& node) {
     AddedToken a;
     const json& id = member(t, "id", where);
     const json& content = member(t, "content", where);
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX / 2) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
       fail(ErrorKind::kBadInput, "{}: id must be a non-negative integer", where);
+    }
+    if (id.get<int64_t>() >= id_limit) {
+      fail(ErrorKind::kBadInput, "{}: id {} is far past the number of tokens; ids must be below {}",
+           where, id.get<int64_t>(), id_limit);
     }
     if (!content.is_string() || content.get<std::string>().empty()) {
       fail(ErrorKind::kBadInput, "{}: content must be a non-empty string", where);

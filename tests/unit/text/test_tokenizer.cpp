@@ -177,6 +177,62 @@ TEST(Tokenizer, RefusesOtherFamilies) {
   refused(tokenizer_json(R"("a q")", "", "", kQwenPre), ErrorKind::kBadInput);  // "aq" missing
 }
 
+TEST(Tokenizer, RefusesSparseIdsBeforeAllocating) {
+  // 259 vocab entries + 1 added token: ids must stay below 260 + 65536.
+  auto refusal = [](const std::string& json) {
+    try {
+      Tokenizer::from_json(json, "t");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string extra = R"(, "ab": 256, "abc": 257, "bc": 258)";
+  EXPECT_NE(refusal(tokenizer_json("", R"(, "ab": 1073741823)", "", kQwenPre)).find("1073741823"),
+            std::string::npos);
+  EXPECT_NE(
+      refusal(tokenizer_json("", extra, R"({"id": 1073741823, "content": "<x>", "special": true})",
+                             kQwenPre))
+          .find("1073741823"),
+      std::string::npos);
+  EXPECT_NE(refusal(tokenizer_json("", extra, R"({"id": 65796, "content": "<x>"})", kQwenPre))
+                .find("65796"),
+            std::string::npos);
+  // A gap just inside the rule is fine.
+  Tokenizer t = Tokenizer::from_json(
+      tokenizer_json("", extra, R"({"id": 65795, "content": "<x>", "special": true})", kQwenPre),
+      "t");
+  EXPECT_EQ(t.vocab_size(), 65796);
+}
+
+TEST(Tokenizer, RefusesDeeplyNestedSequences) {
+  auto nested = [](const std::string& key, const std::string& leaf, int depth) {
+    std::string s = leaf;
+    for (int i = 0; i < depth; ++i) s = R"({"type": "Sequence", ")" + key + R"(": [)" + s + "]}";
+    return s;
+  };
+  auto refused = [](const std::string& json, const std::string& needle) {
+    try {
+      Tokenizer::from_json(json, "t");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused(tokenizer_json("", "", "", nested("pretokenizers", kQwenPre, 100)),
+          "nested deeper than 16");
+  std::string norm = tokenizer_json("", "", "", kQwenPre);
+  norm.replace(norm.find(R"({"type": "NFC"})"), 15,
+               nested("normalizers", R"({"type": "NFC"})", 100));
+  refused(norm, "nested deeper than 16");
+  // Shallow nesting, as real tokenizers use, still loads.
+  EXPECT_NO_THROW(
+      Tokenizer::from_json(tokenizer_json("", "", "", nested("pretokenizers", kQwenPre, 3)), "t"));
+}
+
 TEST(Encoding, EscapeRewritesOnlyNameTokens) {
   EXPECT_EQ(escape_user_text("<|im_start|>"), "<\xC2\xA6im_start\xC2\xA6>");
   EXPECT_EQ(escape_user_text("a<|x_1|>b<|y|>"), "a<\xC2\xA6x_1\xC2\xA6>b<\xC2\xA6y\xC2\xA6>");
