@@ -104,9 +104,15 @@ size_t verify_bundle(const std::string& dir) {
   if (m.is_discarded() || !m.is_object() || !m.contains("outputs") || !m["outputs"].is_object())
     fail(ErrorKind::kIntegrity, "{} is not a valid manifest (no \"outputs\" object)",
          manifest_path);
-  if (m.value("format", "") != kBundleFormat)
+  // Only "format" and "outputs" (with string digests, checked per entry below) are read here;
+  // type-check before comparing so a wrong type is a refusal, not a json exception.
+  auto format = m.find("format");
+  if (format == m.end() || !format->is_string())
+    fail(ErrorKind::kIntegrity, "{} is not a valid manifest (\"format\" is {}, not a string)",
+         manifest_path, format == m.end() ? "missing" : format->type_name());
+  if (format->get<std::string>() != kBundleFormat)
     fail(ErrorKind::kUnsupported, "{} has format {}; this kev verifies \"{}\"", manifest_path,
-         m.value("format", nlohmann::json()).dump(), kBundleFormat);
+         format->dump(), kBundleFormat);
   std::vector<std::string> problems;
   std::set<std::string> listed;
   for (const auto& [name, digest] : m["outputs"].items()) {

@@ -70,3 +70,28 @@ def test_extra_file_detected(copy):
 def test_not_a_bundle(tmp_path):
     proc = kevtest.run_kev("verify", tmp_path, check=False)
     assert proc.returncode == 3 and "kev_export.json" in proc.stderr
+
+
+@pytest.mark.parametrize("value", [1, None, True, ["kev-4b-merged/1"], {"v": 1}, "missing"])
+def test_manifest_format_of_wrong_type_refused(copy, value):
+    """A non-string (or absent) "format" is a bad manifest, not an internal error."""
+    path = copy / "kev_export.json"
+    m = json.loads(path.read_text())
+    if value == "missing":
+        del m["format"]
+    else:
+        m["format"] = value
+    path.write_text(json.dumps(m))
+    proc = kevtest.run_kev("verify", copy, check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "kev_export.json" in proc.stderr and '"format"' in proc.stderr, proc.stderr
+    assert "internal" not in proc.stderr.lower(), proc.stderr
+
+
+def test_manifest_other_format_unsupported(copy):
+    path = copy / "kev_export.json"
+    m = json.loads(path.read_text())
+    m["format"] = "kev-4b-merged/99"
+    path.write_text(json.dumps(m))
+    proc = kevtest.run_kev("verify", copy, check=False)
+    assert proc.returncode == 5 and "kev-4b-merged/99" in proc.stderr, proc.stderr
