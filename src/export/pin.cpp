@@ -1,8 +1,13 @@
 #include "kev/export/pin.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include <filesystem>
 #include <regex>
@@ -78,6 +83,34 @@ std::string hash_and_cross_check(const std::string& dir, const std::string& name
     }
   }
   return digest;
+}
+
+// Removes a temporary file on every way out (a failed write or fsync included) unless kept.
+struct TempFile {
+  std::string path;
+  bool keep = false;
+  ~TempFile() {
+    if (!keep) ::unlink(path.c_str());
+  }
+};
+
+// Renames tmp to out, never replacing an existing out. RENAME_NOREPLACE makes the check and
+// the rename one step; filesystems without it (EINVAL) or old kernels (ENOSYS) fall back to a
+// check followed by rename, which leaves a small race.
+void publish_no_replace(const std::string& tmp, const std::string& out) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_NOREPLACE) == 0) return;
+  int err = errno;
+  if (err == EINVAL || err == ENOSYS) {
+    if (path_exists(out))
+      err = EEXIST;
+    else if (::rename(tmp.c_str(), out.c_str()) == 0)
+      return;
+    else
+      err = errno;
+  }
+  if (err == EEXIST)
+    fail(ErrorKind::kBadInput, "{} already exists; kev pin never overwrites a recipe", out);
+  fail(ErrorKind::kIo, "cannot create {}: {}", out, std::strerror(err));
 }
 
 }  // namespace
@@ -159,11 +192,10 @@ PinSummary run_pin(const PinOptions& o) {
     fail(ErrorKind::kIntegrity, "{}/model.safetensors.index.json changed while pinning",
          o.base_dir);
   std::string tmp = fmt::format("{}.kev-pin.{}", o.out_path, ::getpid());
+  TempFile guard{tmp};
   write_file_synced(tmp, recipe_to_json(r));
-  if (path_exists(o.out_path) || ::rename(tmp.c_str(), o.out_path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    fail(ErrorKind::kIo, "cannot create {}", o.out_path);
-  }
+  publish_no_replace(tmp, o.out_path);
+  guard.keep = true;
   return s;
 }
 

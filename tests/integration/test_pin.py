@@ -99,3 +99,13 @@ def test_corrupt_cache_blob_refused(synth, tmp_path, victim):
     assert proc.returncode == 3 and victim in proc.stderr and os.path.basename(blob) in proc.stderr
     assert not out.exists()
     assert not [p for p in os.listdir(tmp_path) if "kev-pin" in p]
+
+
+def test_write_failure_leaves_no_file(synth, tmp_path):
+    """A recipe write that fails (a full disk, injected) leaves neither the recipe nor the
+    temporary file behind."""
+    out = tmp_path / "r.json"
+    proc = kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", synth / "checkpoint",
+                           "--out", out, check=False, env={"KEV_FAULT_WRITE_AFTER_BYTES": "10"})
+    assert proc.returncode == 4 and "No space left" in proc.stderr, proc.stderr
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
