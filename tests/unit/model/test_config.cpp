@@ -70,6 +70,23 @@ TEST(Config, FlatRopeFieldsAndLayerTypes) {
   EXPECT_FALSE(c.full_attention[3]);
 }
 
+TEST(Config, DeeplyNestedValuesAreNamedNotPrinted) {
+  // Printing a 200000-deep value recursively would overflow the stack.
+  std::string text = base_4b().dump();
+  const std::string silu = R"("hidden_act":"silu")";
+  ASSERT_NE(text.find(silu), std::string::npos);
+  const size_t deep = 200000;
+  text.replace(text.find(silu), silu.size(),
+               R"("hidden_act":)" + std::string(deep, '[') + std::string(deep, ']'));
+  try {
+    ModelConfig::parse(text, "config.json");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("hidden_act array"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, RefusesUnsupportedSettings) {
   auto set = [](const char* key, nlohmann::json v) {
     auto j = base_4b();
