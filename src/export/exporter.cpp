@@ -152,7 +152,7 @@ struct Plan {
   Delimiters delimiters;
   HeadWeights head;
   std::vector<std::unique_ptr<SafetensorsFile>> shards;  // index.shards order
-  std::unique_ptr<SafetensorsFile> adapter;
+  std::unique_ptr<SafetensorsBuffer> adapter;            // over inputs.contents: the verified bytes
   std::vector<LoraTarget> targets;
   std::map<std::string, Target> by_base_name;
   float scale = 0;
@@ -192,6 +192,8 @@ Plan plan_export(const ExportOptions& o) {
            shard, o.recipe_path);
     p.shards.push_back(std::make_unique<SafetensorsFile>(o.base_dir + "/" + shard));
   }
+  // Shards are mapped by path again: make sure each is still the file that was hashed.
+  p.inputs.check_unchanged();
   std::map<std::string, const TensorInfo*> base_tensors;
   for (size_t s = 0; s < p.shards.size(); ++s) {
     for (const auto& t : p.shards[s]->tensors()) {
@@ -214,7 +216,9 @@ Plan plan_export(const ExportOptions& o) {
          "recipe {} expects {}",
          p.targets.size(), o.recipe_path, p.recipe.targets);
   if (p.recipe.model == "kev-4b") check_kev4b_counts(p.targets);
-  p.adapter = std::make_unique<SafetensorsFile>(o.checkpoint_dir + "/adapter_model.safetensors");
+  p.adapter =
+      std::make_unique<SafetensorsBuffer>(p.inputs.bytes("checkpoint/adapter_model.safetensors"),
+                                          o.checkpoint_dir + "/adapter_model.safetensors");
   check_adapter(
       p.targets, *p.adapter,
       [&](const std::string& n) -> const TensorInfo* {
@@ -231,20 +235,17 @@ Plan plan_export(const ExportOptions& o) {
   return p;
 }
 
-std::vector<float> f32_copy(const SafetensorsFile& f, const TensorInfo& t) {
+std::vector<float> f32_copy(const SafetensorsBuffer& f, const TensorInfo& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
   std::memcpy(v.data(), f.data(t), t.nbytes);
   return v;
 }
 
 void merge_tensor(const SafetensorsFile& in, const TensorInfo& t, const Target& target,
-                  const SafetensorsFile& adapter, float scale, int64_t rank, AsyncWriter& writer) {
+                  const SafetensorsBuffer& adapter, float scale, int64_t rank,
+                  AsyncWriter& writer) {
   const std::vector<float> a = f32_copy(adapter, *target.a);
   const std::vector<float> b = f32_copy(adapter, *target.b);
-  adapter.file().release_pages(static_cast<size_t>(adapter.data(*target.a) - adapter.file().data()),
-                               target.a->nbytes);
-  adapter.file().release_pages(static_cast<size_t>(adapter.data(*target.b) - adapter.file().data()),
-                               target.b->nbytes);
   const int64_t rows = t.shape[0], cols = t.shape[1];
   // check_adapter refuses empty targets; this guard keeps the division below defined anyway.
   if (rows <= 0 || cols <= 0)
@@ -395,6 +396,8 @@ ExportSummary run_export(const ExportOptions& o) {
   std::string manifest = manifest_json(p, outputs);
   write_file_synced(staging.file(kManifestFile), manifest);
   check_interrupted();
+  // The shards were read from disk after hashing: refuse if any was replaced or modified since.
+  p.inputs.check_unchanged();
   staging.publish();
 
   ExportSummary sum;

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -25,6 +27,39 @@ std::string VerifiedInputs::path(const std::string& key) const {
   if (key.rfind("base/", 0) == 0) return base_dir + "/" + key.substr(5);
   if (key.rfind("checkpoint/", 0) == 0) return checkpoint_dir + "/" + key.substr(11);
   fail(ErrorKind::kInternal, "bad input key {}", key);
+}
+
+namespace {
+
+FileIdentity identity_of(const struct stat& st) {
+  return {static_cast<uint64_t>(st.st_dev),
+          static_cast<uint64_t>(st.st_ino),
+          static_cast<uint64_t>(st.st_size),
+          st.st_mtim.tv_sec,
+          st.st_mtim.tv_nsec,
+          st.st_ctim.tv_sec,
+          st.st_ctim.tv_nsec};
+}
+
+}  // namespace
+
+FileIdentity file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    fail(ErrorKind::kIo, "cannot stat {}: {}", path, std::strerror(errno));
+  return identity_of(st);
+}
+
+void VerifiedInputs::check_unchanged() const {
+  for (const auto& [key, id] : identities) {
+    std::string p = path(key);
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0 || identity_of(st) != id)
+      fail(ErrorKind::kIntegrity,
+           "{} ({}) was replaced or modified after it was verified; refusing to export "
+           "bytes that may not match its pinned SHA-256",
+           key, p);
+  }
 }
 
 VerifiedInputs verify_pinned_inputs(const Recipe& recipe, const std::string& recipe_path,
@@ -63,17 +98,23 @@ VerifiedInputs verify_pinned_inputs(const Recipe& recipe, const std::string& rec
   parallel_for(items.size(), [&](size_t i) {
     check_interrupted();
     const Item& it = items[i];
-    bool is_tensor_file = it.path.size() > 12 && it.path.ends_with(".safetensors");
-    if (!is_tensor_file) {
+    bool is_shard = it.key.starts_with("base/") && it.key.ends_with(".safetensors");
+    if (!is_shard) {
       if (it.size > kSmallFileLimit)
-        fail(ErrorKind::kBadInput, "{} is {} bytes, too large for a configuration file", it.key,
-             it.size);
+        fail(ErrorKind::kBadInput,
+             "{} is {} bytes, more than the {} this exporter reads into memory", it.key, it.size,
+             kSmallFileLimit);
       std::string bytes = read_file(it.path);
       actual[i] = sha256_hex(bytes);
       std::lock_guard lock(mutex);
       out.contents[it.key] = std::move(bytes);
     } else {
+      FileIdentity before = file_identity(it.path);
       actual[i] = sha256_file(it.path);
+      if (file_identity(it.path) != before)
+        fail(ErrorKind::kIntegrity, "{} ({}) changed while it was being hashed", it.key, it.path);
+      std::lock_guard lock(mutex);
+      out.identities[it.key] = before;
     }
     progress.advance(it.size, 1);
   });

@@ -1,7 +1,9 @@
 // Unit tests of the export layer's pieces. The merge kernel's oracle here is the documented
 // per-element formula evaluated in float64 where that is exact, and cross-ISA bit identity;
 // bit identity with torch itself is checked in tests/integration/test_export*.py.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -111,7 +113,8 @@ TEST(Inputs, HashMismatchNamesBothDigestsAndParsesNothing) {
   VerifiedInputs ok =
       verify_pinned_inputs(r, "r", (dir / "base").string(), (dir / "ckpt").string());
   EXPECT_EQ(ok.bytes("checkpoint/head.pt"), "garbage");
-  EXPECT_EQ(ok.contents.count("checkpoint/adapter_model.safetensors"), 0u);
+  // The adapter is parsed from the hashed bytes, not re-read from disk.
+  EXPECT_EQ(ok.bytes("checkpoint/adapter_model.safetensors"), "x");
   EXPECT_EQ(ok.digests.size(), 7u);
 
   std::string pinned = *r.base.files["config.json"];
@@ -134,6 +137,64 @@ TEST(Inputs, HashMismatchNamesBothDigestsAndParsesNothing) {
           &msg),
       ErrorKind::kIo);
   fs::remove_all(dir);
+}
+
+TEST(Inputs, ShardChangedAfterHashingIsRefused) {
+  fs::path dir = fs::temp_directory_path() / ("kev_recheck_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string shard = (dir / "s.safetensors").string();
+  write_file_synced(shard, "0123456789");
+  VerifiedInputs in;
+  in.base_dir = dir.string();
+  in.identities["base/s.safetensors"] = file_identity(shard);
+  in.check_unchanged();  // untouched: passes
+
+  // Same size, new bytes, then the mtime put back: ctime still differs.
+  struct stat before {};
+  ASSERT_EQ(::stat(shard.c_str(), &before), 0);
+  ::usleep(20000);
+  {
+    int fd = ::open(shard.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, "X", 1, 3), 1);
+    ::close(fd);
+  }
+  struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, shard.c_str(), times, 0), 0);
+  std::string msg;
+  EXPECT_EQ(kind_of([&] { in.check_unchanged(); }, &msg), ErrorKind::kIntegrity);
+  EXPECT_NE(msg.find("base/s.safetensors"), std::string::npos) << msg;
+
+  // Replaced by another file (new inode) with the original bytes.
+  in.identities["base/s.safetensors"] = file_identity(shard);
+  write_file_synced((dir / "new").string(), "0123456789");
+  fs::rename(dir / "new", shard);
+  EXPECT_EQ(kind_of([&] { in.check_unchanged(); }), ErrorKind::kIntegrity);
+
+  // Removed.
+  in.identities["base/s.safetensors"] = file_identity(shard);
+  fs::remove(shard);
+  EXPECT_EQ(kind_of([&] { in.check_unchanged(); }), ErrorKind::kIntegrity);
+  fs::remove_all(dir);
+}
+
+TEST(Inventory, SafetensorsBufferReadsTensorsInPlace) {
+  std::vector<TensorSpec> specs = {{"a", DType::kF32, {2}}, {"b", DType::kF32, {1}}};
+  std::string bytes = safetensors_header_bytes(specs, {});
+  const float values[3] = {1.5f, -2.0f, 3.25f};
+  bytes.append(reinterpret_cast<const char*>(values), sizeof(values));
+  SafetensorsBuffer buf(bytes, "adapter");
+  ASSERT_EQ(buf.tensors().size(), 2u);
+  float got[3];
+  std::memcpy(got, buf.data(buf.get("a")), 8);
+  std::memcpy(got + 2, buf.data(buf.get("b")), 4);
+  EXPECT_EQ(got[0], 1.5f);
+  EXPECT_EQ(got[1], -2.0f);
+  EXPECT_EQ(got[2], 3.25f);
+  EXPECT_EQ(buf.find("c"), nullptr);
+  EXPECT_EQ(kind_of([&] { buf.get("c"); }), ErrorKind::kBadInput);
+  EXPECT_EQ(kind_of([&] { SafetensorsBuffer(bytes.substr(0, bytes.size() - 1), "x"); }),
+            ErrorKind::kBadInput);
 }
 
 const char* kConfig = R"({"text_config": {"hidden_size": 64, "num_hidden_layers": 8,
