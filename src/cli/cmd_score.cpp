@@ -12,8 +12,9 @@ namespace {
 
 struct ScoreOptions {
   std::string bundle;
-  int64_t max_state = EncodeLimits{}.max_state;
-  int64_t max_row = EncodeLimits{}.max_row;
+  int64_t max_state = ScorerOptions{}.limits.max_state;
+  int64_t max_row = ScorerOptions{}.limits.max_row;
+  size_t max_input_tokens = ScorerOptions{}.max_input_tokens;
   bool truncate = false;
   bool jsonl = false;
   int decimals = 4;
@@ -28,6 +29,7 @@ int run_score(const ScoreOptions& o) {
   ScorerOptions so;
   so.limits.max_state = o.max_state;
   so.limits.max_row = o.max_row;
+  so.max_input_tokens = o.max_input_tokens;
   so.limits.truncate = o.truncate;
   so.decimals = o.decimals;
   so.cache_entries = o.cache_entries;
@@ -69,6 +71,8 @@ const bool registered = register_command(
       app.add_option("--bundle", o->bundle, "export bundle directory")->required();
       app.add_option("--max-state", o->max_state, "max state tokens, <state> included");
       app.add_option("--max-row", o->max_row, "max tokens of state + one question");
+      app.add_option("--max-input-tokens", o->max_input_tokens,
+                     "max packed tokens of one request (state + every question)");
       app.add_flag("--truncate", o->truncate, "truncate an over-long state instead of refusing");
       app.add_flag("--jsonl", o->jsonl, "stdin is a JSON Lines stream of requests");
       app.add_option("--decimals", o->decimals, "round answers to N decimals (negative: exact)");

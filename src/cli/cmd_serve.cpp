@@ -18,8 +18,9 @@ struct ServeCliOptions {
   std::string bundle;
   ServeOptions serve;
   size_t threads = 0;
-  int64_t max_state = EncodeLimits{}.max_state;
-  int64_t max_row = EncodeLimits{}.max_row;
+  int64_t max_state = ScorerOptions{}.limits.max_state;
+  int64_t max_row = ScorerOptions{}.limits.max_row;
+  size_t max_input_tokens = ScorerOptions{}.max_input_tokens;
   bool truncate = false;
   int decimals = 4;
   size_t cache_entries = 16;
@@ -30,6 +31,7 @@ int run_serve(ServeCliOptions& o) {
   ScorerOptions so;
   so.limits.max_state = o.max_state;
   so.limits.max_row = o.max_row;
+  so.max_input_tokens = o.max_input_tokens;
   so.limits.truncate = o.truncate;
   so.decimals = o.decimals;
   so.cache_entries = o.cache_entries;
@@ -83,6 +85,8 @@ const bool registered = register_command(
           ->check(CLI::PositiveNumber);
       app.add_option("--max-state", o->max_state, "max state tokens, <state> included");
       app.add_option("--max-row", o->max_row, "max tokens of state + one question");
+      app.add_option("--max-input-tokens", o->max_input_tokens,
+                     "max packed tokens of one request (state + every question)");
       app.add_flag("--truncate", o->truncate, "truncate an over-long state instead of refusing");
       app.add_option("--decimals", o->decimals, "round answers to N decimals (negative: exact)");
       app.add_option("--cache-entries", o->cache_entries, "state prefixes kept in the LRU cache");

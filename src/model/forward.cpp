@@ -31,6 +31,7 @@ namespace kev {
 namespace {
 
 constexpr int64_t kChunk = 64;
+constexpr int64_t kRowBatchTokens = 4096;  // tokens per run_rows batch (bounds the workspace)
 constexpr float kL2Eps = 1e-6f;
 
 inline float sigmoid(float x) {
@@ -499,6 +500,20 @@ Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,
   return s;
 }
 
+// Copies a row's requested hidden states (all, or the readout positions) out of a batch.
+void collect_row(const RowRequest& row, const Segment& s, const std::vector<float>& h, int64_t hd,
+                 RowResult& res) {
+  if (row.readout.empty()) {
+    res.rows = s.len;
+    res.hidden.assign(h.begin() + s.offset * hd, h.begin() + (s.offset + s.len) * hd);
+    return;
+  }
+  res.rows = static_cast<int64_t>(row.readout.size());
+  for (int64_t i : row.readout)
+    res.hidden.insert(res.hidden.end(), h.begin() + (s.offset + i) * hd,
+                      h.begin() + (s.offset + i + 1) * hd);
+}
+
 void check_state(const ModelConfig& c, const PrefixState& s) {
   if (static_cast<int64_t>(s.layers.size()) != c.layers)
     fail(ErrorKind::kInternal, "prefix state has {} layers, model has {}", s.layers.size(),
@@ -547,22 +562,22 @@ std::vector<RowResult> Model::run_rows(const PrefixState& prefix,
     segs.push_back(make_segment(prefix, rows[r].ids, rows[r].positions));
   }
   std::vector<RowResult> results(rows.size());
-  if (rows.empty()) return results;
-  std::vector<float> h;
-  Runner(*weights_, options_).run(prefix, segs, h, nullptr);
+  // Rows run in batches of at most kRowBatchTokens tokens (a longer row runs alone): the
+  // workspace grows with the tokens of a batch, and rows are independent, so batching only
+  // bounds memory and never changes a result.
   const int64_t hd = config().hidden;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const Segment& s = segs[r];
-    RowResult& res = results[r];
-    if (rows[r].readout.empty()) {
-      res.rows = s.len;
-      res.hidden.assign(h.begin() + s.offset * hd, h.begin() + (s.offset + s.len) * hd);
-    } else {
-      res.rows = static_cast<int64_t>(rows[r].readout.size());
-      for (int64_t i : rows[r].readout)
-        res.hidden.insert(res.hidden.end(), h.begin() + (s.offset + i) * hd,
-                          h.begin() + (s.offset + i + 1) * hd);
-    }
+  for (size_t first = 0; first < rows.size();) {
+    size_t last = first + 1;
+    int64_t tokens = static_cast<int64_t>(rows[first].ids.size());
+    while (last < rows.size() &&
+           tokens + static_cast<int64_t>(rows[last].ids.size()) <= kRowBatchTokens)
+      tokens += static_cast<int64_t>(rows[last++].ids.size());
+    std::vector<Segment> batch(segs.begin() + static_cast<std::ptrdiff_t>(first),
+                               segs.begin() + static_cast<std::ptrdiff_t>(last));
+    std::vector<float> h;
+    Runner(*weights_, options_).run(prefix, batch, h, nullptr);
+    for (size_t r = first; r < last; ++r) collect_row(rows[r], batch[r - first], h, hd, results[r]);
+    first = last;
   }
   return results;
 }

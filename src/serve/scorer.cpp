@@ -43,6 +43,9 @@ ScoreResult Scorer::score(std::string_view request_json) const {
 ScoreResult Scorer::score(const ApiRequest& request) const {
   auto start = std::chrono::steady_clock::now();
   Encoding enc = encode_record(tokenizer_, delimiters_, to_record(request), options_.limits);
+  if (enc.ids.size() > options_.max_input_tokens)
+    fail(ErrorKind::kBadInput, "the request encodes to {} tokens; the limit is {} per request",
+         enc.ids.size(), options_.max_input_tokens);
   const size_t s = enc.state_length;
 
   ScoreResult result;

@@ -89,6 +89,12 @@ def test_parity_with_prefix_rows_and_reuse(model, tmp_path):
     rev = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": r} for r in reversed(rows[:3])]})
     for i in range(3):
         assert torch.equal(rev[f"row.{2 - i}"], out["recurrent"][f"row.{i}"])
+    # More rows than one internal batch holds (4,096 tokens): still each row's own result.
+    many = [ids(300, 100 + i, v) for i in range(15)] + [rows[1]]
+    big = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": r} for r in many]})
+    assert torch.equal(big["row.15"], out["recurrent"]["row.1"])
+    first = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": many[0]}]})["row.0"]
+    assert torch.equal(big["row.0"], first)
 
 
 def test_parity_without_prefix_and_long_chunked(model, tmp_path):

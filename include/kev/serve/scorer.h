@@ -24,11 +24,15 @@
 
 namespace kev {
 
+// Serving limits are tighter than the encoder's upstream defaults (65,536 / 73,728): on CPU the
+// forward workspace costs ~190 KB per token at Kev-4B dimensions, so a state of 65,536 tokens
+// would need ~12 GB for its prefill alone. Every limit can be raised per process.
 struct ScorerOptions {
-  EncodeLimits limits;            // strict by default
-  size_t cache_entries = 16;      // state prefixes kept
-  size_t cache_tokens = 1 << 16;  // total state tokens kept
-  int decimals = 4;               // answer rounding (negative: unrounded)
+  EncodeLimits limits = {.max_state = 8192, .max_row = 16384};  // strict by default
+  size_t max_input_tokens = 65536;  // packed tokens of one request (state + every branch)
+  size_t cache_entries = 16;        // state prefixes kept
+  size_t cache_tokens = 1 << 16;    // total state tokens kept
+  int decimals = 4;                 // answer rounding (negative: unrounded)
   ForwardOptions forward;
 };
 
