@@ -204,14 +204,28 @@ StagingDir::~StagingDir() {
 }
 
 void StagingDir::publish() {
+  // Every directory's entries must be durable before the rename makes them visible.
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(path_, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_directory(ec)) fsync_path(it->path().string(), true);
+  if (ec) fail(ErrorKind::kIo, "cannot list staging directory {}: {}", path_, ec.message());
   fsync_path(path_, true);
-  // renameat2(RENAME_NOREPLACE) is not wrapped by glibc 2.36's headers everywhere; an empty
-  // destination directory would be silently replaced by rename(), so check first and rely on
-  // rename() refusing a non-empty target.
-  if (path_exists(destination_))
-    fail(ErrorKind::kBadInput, "{} appeared while exporting; nothing was published", destination_);
-  if (::rename(path_.c_str(), destination_.c_str()) != 0)
-    fail(ErrorKind::kIo, "cannot publish {}: {}", destination_, errno_text());
+  // RENAME_NOREPLACE: never replace a destination that appeared meanwhile (plain rename()
+  // would silently replace an empty directory). Older kernels/filesystems without it get a
+  // check-then-rename.
+  if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, destination_.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno == EEXIST)
+      fail(ErrorKind::kBadInput, "{} appeared while writing it; nothing was published",
+           destination_);
+    if (errno != EINVAL && errno != ENOSYS)
+      fail(ErrorKind::kIo, "cannot publish {}: {}", destination_, errno_text());
+    if (path_exists(destination_))
+      fail(ErrorKind::kBadInput, "{} appeared while writing it; nothing was published",
+           destination_);
+    if (::rename(path_.c_str(), destination_.c_str()) != 0)
+      fail(ErrorKind::kIo, "cannot publish {}: {}", destination_, errno_text());
+  }
   published_ = true;
   fsync_path(parent_of(destination_), true);
 }

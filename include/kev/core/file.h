@@ -1,11 +1,12 @@
 // Files: read-only mappings, whole-file reads, and crash-safe publication.
 //
 // MappedFile   read-only mmap of a whole file (empty files allowed); throws Error(kIo).
-// OutputFile   a file being written, through a WriteFaults seam so tests can make the Nth
-//              write (or the write past N bytes) fail like a full disk would.
-// StagingDir   a private directory beside a destination; publish() fsyncs everything and
-//              renames it into place atomically; if never published, the destructor removes
-//              it. Stale staging dirs of dead processes are swept by the next run.
+// OutputFile   a file being written, through a WriteFaults seam so tests can make the write
+//              past N bytes fail like a full disk would.
+// StagingDir   a private directory beside a destination; publish() fsyncs every directory in
+//              it and renames it into place atomically, never replacing anything; if never
+//              published, the destructor removes it. Stale staging dirs of dead processes are
+//              swept by the next run for the same destination.
 #pragma once
 #include <cstddef>
 #include <cstdint>
