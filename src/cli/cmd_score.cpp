@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/scorer_flags.h"
 #include "kev/core/error.h"
 #include "kev/serve/scorer.h"
 
@@ -12,13 +13,8 @@ namespace {
 
 struct ScoreOptions {
   std::string bundle;
-  int64_t max_state = ScorerOptions{}.limits.max_state;
-  int64_t max_row = ScorerOptions{}.limits.max_row;
-  size_t max_input_tokens = ScorerOptions{}.max_input_tokens;
-  bool truncate = false;
+  ScorerOptions scorer;
   bool jsonl = false;
-  int decimals = 4;
-  size_t cache_entries = 16;
 };
 
 OrderedJson error_object(const Error& e) {
@@ -26,14 +22,7 @@ OrderedJson error_object(const Error& e) {
 }
 
 int run_score(const ScoreOptions& o) {
-  ScorerOptions so;
-  so.limits.max_state = o.max_state;
-  so.limits.max_row = o.max_row;
-  so.max_input_tokens = o.max_input_tokens;
-  so.limits.truncate = o.truncate;
-  so.decimals = o.decimals;
-  so.cache_entries = o.cache_entries;
-  Scorer scorer(o.bundle, so);
+  Scorer scorer(o.bundle, o.scorer);
   if (!o.jsonl) {
     std::string body(std::istreambuf_iterator<char>(std::cin), {});
     std::cout << scorer.score(body).response.dump() << "\n";
@@ -69,14 +58,8 @@ const bool registered = register_command(
     [](CLI::App& app) {
       auto o = std::make_shared<ScoreOptions>();
       app.add_option("--bundle", o->bundle, "export bundle directory")->required();
-      app.add_option("--max-state", o->max_state, "max state tokens, <state> included");
-      app.add_option("--max-row", o->max_row, "max tokens of state + one question");
-      app.add_option("--max-input-tokens", o->max_input_tokens,
-                     "max packed tokens of one request (state + every question)");
-      app.add_flag("--truncate", o->truncate, "truncate an over-long state instead of refusing");
       app.add_flag("--jsonl", o->jsonl, "stdin is a JSON Lines stream of requests");
-      app.add_option("--decimals", o->decimals, "round answers to N decimals (negative: exact)");
-      app.add_option("--cache-entries", o->cache_entries, "state prefixes kept in the LRU cache");
+      add_scorer_flags(app, o->scorer);
       return [o] { return run_score(*o); };
     });
 

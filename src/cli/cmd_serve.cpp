@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/scorer_flags.h"
 #include "kev/core/error.h"
 #include "kev/core/interrupt.h"
 #include "kev/serve/http_server.h"
@@ -17,27 +18,13 @@ namespace {
 struct ServeCliOptions {
   std::string bundle;
   ServeOptions serve;
-  size_t threads = 0;
-  int64_t max_state = ScorerOptions{}.limits.max_state;
-  int64_t max_row = ScorerOptions{}.limits.max_row;
-  size_t max_input_tokens = ScorerOptions{}.max_input_tokens;
-  bool truncate = false;
-  int decimals = 4;
-  size_t cache_entries = 16;
+  ScorerOptions scorer;
   bool quiet = false;
 };
 
 int run_serve(ServeCliOptions& o) {
-  ScorerOptions so;
-  so.limits.max_state = o.max_state;
-  so.limits.max_row = o.max_row;
-  so.max_input_tokens = o.max_input_tokens;
-  so.limits.truncate = o.truncate;
-  so.decimals = o.decimals;
-  so.cache_entries = o.cache_entries;
-  so.forward.threads = o.threads;
   const std::string model = bundle_model_name(o.bundle);
-  Scorer scorer(o.bundle, so);
+  Scorer scorer(o.bundle, o.scorer);
   check_interrupted();  // a signal during loading: stop before listening
 
   o.serve.log_requests = !o.quiet;
@@ -74,7 +61,6 @@ const bool registered = register_command(
       app.add_option("--bundle", o->bundle, "export bundle directory")->required();
       app.add_option("--host", o->serve.host, "address to listen on (default 127.0.0.1)");
       app.add_option("--port", o->serve.port, "TCP port (default 8000; 0 picks a free port)");
-      app.add_option("--threads", o->threads, "compute threads per request (default: all cores)");
       app.add_option("--max-inflight", o->serve.max_inflight,
                      "requests scoring at once (default 1: one request already uses all cores)")
           ->check(CLI::PositiveNumber);
@@ -83,13 +69,7 @@ const bool registered = register_command(
       app.add_option("--max-body", o->serve.max_body,
                      "largest request body in bytes, else 413 (default 4 MiB)")
           ->check(CLI::PositiveNumber);
-      app.add_option("--max-state", o->max_state, "max state tokens, <state> included");
-      app.add_option("--max-row", o->max_row, "max tokens of state + one question");
-      app.add_option("--max-input-tokens", o->max_input_tokens,
-                     "max packed tokens of one request (state + every question)");
-      app.add_flag("--truncate", o->truncate, "truncate an over-long state instead of refusing");
-      app.add_option("--decimals", o->decimals, "round answers to N decimals (negative: exact)");
-      app.add_option("--cache-entries", o->cache_entries, "state prefixes kept in the LRU cache");
+      add_scorer_flags(app, o->scorer);
       // main() adds --quiet to the command and to `kev` itself; either silences the log.
       CLI::Option* quiet_here = app.get_option_no_throw("--quiet");
       CLI::Option* quiet_top =
