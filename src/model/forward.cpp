@@ -31,7 +31,8 @@ namespace kev {
 namespace {
 
 constexpr int64_t kChunk = 64;
-constexpr int64_t kRowBatchTokens = 4096;  // tokens per run_rows batch (bounds the workspace)
+constexpr int64_t kRowBatchTokens = 4096;     // tokens per run_rows batch (bounds the workspace)
+constexpr size_t kPrefillChunkTokens = 2048;  // tokens per extend step (a multiple of kChunk)
 constexpr float kL2Eps = 1e-6f;
 
 inline float sigmoid(float x) {
@@ -540,12 +541,27 @@ PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& i
                           const std::vector<int64_t>& positions, std::vector<float>* hidden) const {
   check_state(config(), from);
   check_ids(config(), ids, positions, "prefix");
-  std::vector<Segment> segs{make_segment(from, ids, positions)};
-  PrefixState out;
-  std::vector<float> h;
-  Runner(*weights_, options_).run(from, segs, h, &out);
-  if (hidden) *hidden = std::move(h);
-  return out;
+  // A long prefix runs in chunks of kPrefillChunkTokens (a multiple of the GDN chunk), each
+  // continuing the state of the one before: the workspace stays bounded, and by the prefix
+  // contract (prefix + row == one pass) the result is the same as one pass.
+  if (hidden) hidden->clear();
+  const PrefixState* current = &from;
+  PrefixState next;
+  for (size_t begin = 0; begin < ids.size(); begin += kPrefillChunkTokens) {
+    const size_t end = std::min(ids.size(), begin + kPrefillChunkTokens);
+    const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
+    std::vector<int32_t> part(ids.begin() + b, ids.begin() + e);
+    std::vector<int64_t> part_positions;
+    if (!positions.empty()) part_positions.assign(positions.begin() + b, positions.begin() + e);
+    std::vector<Segment> segs{make_segment(*current, part, part_positions)};
+    PrefixState out;
+    std::vector<float> h;
+    Runner(*weights_, options_).run(*current, segs, h, &out);
+    if (hidden) hidden->insert(hidden->end(), h.begin(), h.end());
+    next = std::move(out);
+    current = &next;
+  }
+  return next;
 }
 
 std::vector<RowResult> Model::run_rows(const PrefixState& prefix,

@@ -89,6 +89,12 @@ def test_parity_with_prefix_rows_and_reuse(model, tmp_path):
     rev = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": r} for r in reversed(rows[:3])]})
     for i in range(3):
         assert torch.equal(rev[f"row.{2 - i}"], out["recurrent"][f"row.{i}"])
+    # A prefix longer than one prefill chunk (2,048 tokens) == the same tokens as one row.
+    long_prefix = ids(2300, 77, v)
+    split = forward(path, tmp_path, {"prefix": long_prefix, "rows": [{"ids": rows[1]}]}, "--with-prefix")
+    one = forward(path, tmp_path, {"rows": [{"ids": long_prefix + rows[1]}]})["row.0"]
+    assert torch.equal(split["prefix"], one[:len(long_prefix)])
+    assert torch.equal(split["row.0"], one[len(long_prefix):])
     # More rows than one internal batch holds (4,096 tokens): still each row's own result.
     many = [ids(300, 100 + i, v) for i in range(15)] + [rows[1]]
     big = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": r} for r in many]})
