@@ -8,7 +8,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import run_kev  # noqa: E402
+from kevtest import run_kev, synth_bundle  # noqa: E402
 
 STATE = {"customer": "Ada", "cart": ["tea", "scones"], "note": "asked about delivery"}
 QUESTIONS = {
@@ -21,12 +21,7 @@ QUESTIONS = {
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    d = tmp_path_factory.mktemp("score")
-    run_kev("synth", "--out", d / "synth", "--seed", 3, "--quiet")
-    run_kev("pin", "--base", d / "synth/base", "--checkpoint", d / "synth/checkpoint", "--out", d / "recipe.json")
-    run_kev("export", "--recipe", d / "recipe.json", "--base", d / "synth/base", "--checkpoint", d / "synth/checkpoint",
-            "--out", d / "bundle", "--quiet")
-    return str(d / "bundle")
+    return synth_bundle(tmp_path_factory.mktemp("score"), "--seed", 3)[1]
 
 
 def stream(bundle, reqs, *extra):

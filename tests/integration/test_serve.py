@@ -17,7 +17,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import KEV_BIN, run_kev  # noqa: E402
+from kevtest import KEV_BIN, run_kev, synth_bundle  # noqa: E402
 
 STATE = {"customer": "Ada", "cart": ["tea", "scones"], "note": "asked about delivery"}
 QUESTIONS = {
@@ -37,12 +37,7 @@ MAX_STATE = "256"  # the main server and `kev score` share it; a longer state is
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    d = tmp_path_factory.mktemp("serve")
-    run_kev("synth", "--out", d / "synth", "--seed", 5, "--quiet")
-    run_kev("pin", "--base", d / "synth/base", "--checkpoint", d / "synth/checkpoint", "--out", d / "recipe.json")
-    run_kev("export", "--recipe", d / "recipe.json", "--base", d / "synth/base", "--checkpoint", d / "synth/checkpoint",
-            "--out", d / "bundle", "--quiet")
-    return str(d / "bundle")
+    return synth_bundle(tmp_path_factory.mktemp("serve"), "--seed", 5)[1]
 
 
 @pytest.fixture(scope="module")

