@@ -144,30 +144,9 @@ std::string nfc(std::string_view s) {
 }
 
 bool is_python_space(uint32_t cp) {
-  // CPython _PyUnicode_IsWhitespace: bidirectional WS/B/S or category Zs.
-  switch (cp) {
-    case 0x09:
-    case 0x0A:
-    case 0x0B:
-    case 0x0C:
-    case 0x0D:
-    case 0x1C:
-    case 0x1D:
-    case 0x1E:
-    case 0x1F:
-    case 0x20:
-    case 0x85:
-    case 0xA0:
-    case 0x1680:
-    case 0x2028:
-    case 0x2029:
-    case 0x202F:
-    case 0x205F:
-    case 0x3000:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200A;
-  }
+  // CPython _PyUnicode_IsWhitespace: bidirectional WS/B/S or category Zs, which is Unicode
+  // White_Space plus the four information separators U+001C..U+001F.
+  return (cp >= 0x1C && cp <= 0x1F) || is_unicode_white_space(cp);
 }
 
 bool is_unicode_white_space(uint32_t cp) {
