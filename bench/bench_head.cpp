@@ -56,15 +56,14 @@ struct Case {
     logits.resize(questions * options);
     probs.resize(questions * options);
   }
-  void call(kev::HeadIsa isa, size_t workers) {
+  void call(kev::Isa isa, size_t workers) {
     head().project_batch(qs, logits, ws, isa, workers);
     head().calibrate_batch(counts, logits, probs);
     benchmark::DoNotOptimize(probs.data());
   }
 };
 
-void run(benchmark::State& state, size_t questions, size_t options, kev::HeadIsa isa,
-         size_t workers) {
+void run(benchmark::State& state, size_t questions, size_t options, kev::Isa isa, size_t workers) {
   Case c(questions, options);
   for (auto _ : state) c.call(isa, workers);
   state.counters["questions_per_s"] = benchmark::Counter(
@@ -72,13 +71,13 @@ void run(benchmark::State& state, size_t questions, size_t options, kev::HeadIsa
 }
 
 void register_all() {
-  struct Isa {
+  struct Variant {
     const char* name;
-    kev::HeadIsa isa;
+    kev::Isa isa;
   };
-  for (Isa isa : {Isa{"auto", kev::HeadIsa::kAuto}, Isa{"avx2", kev::HeadIsa::kAvx2},
-                  Isa{"portable", kev::HeadIsa::kPortable}}) {
-    if (!kev::head_isa_supported(isa.isa)) continue;
+  for (Variant isa : {Variant{"auto", kev::head_isa()}, Variant{"avx2", kev::Isa::kAvx2},
+                      Variant{"portable", kev::Isa::kPortable}}) {
+    if (!kev::isa_supported(isa.isa)) continue;
     for (size_t workers : {size_t{0}, size_t{1}}) {
       std::string suffix = std::string("/") + isa.name + (workers ? "/1thread" : "/allthreads");
       benchmark::RegisterBenchmark(("head_1x255" + suffix).c_str(), run, 1, 255, isa.isa, workers)
@@ -100,7 +99,7 @@ int samples_mode(int n) {
   for (auto [questions, options] : {std::pair<size_t, size_t>{1, 255}, {64, 8}}) {
     Case c(questions, options);
     for (size_t workers : {size_t{0}, size_t{1}}) {
-      c.call(kev::HeadIsa::kAuto, workers);  // warm-up
+      c.call(kev::head_isa(), workers);  // warm-up
       if (out.size() > 1) out += ",";
       out += "\"head_";
       out += std::to_string(questions);
@@ -109,7 +108,7 @@ int samples_mode(int n) {
       out += workers ? "/1thread\":[" : "/allthreads\":[";
       for (int i = 0; i < n; ++i) {
         auto t0 = std::chrono::steady_clock::now();
-        c.call(kev::HeadIsa::kAuto, workers);
+        c.call(kev::head_isa(), workers);
         std::chrono::duration<double, std::micro> us = std::chrono::steady_clock::now() - t0;
         if (i) out += ',';
         out += std::to_string(us.count());

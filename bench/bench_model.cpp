@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
       "\"matrix_gflop_per_token\": %.4f, \"prefill_gflops\": %.2f, \"rows_gflops\": %.2f, "
       "\"gemm_shape\": [%lld, %lld, %lld], \"gemm_gflops\": %.2f, \"openblas_sgemm_gflops\": %.2f, "
       "\"fma_peak_gflops\": %.2f}\n",
-      gemm_isa_name(best_gemm_isa()), default_workers(), load_s, (long long)state_n, prefill_s,
+      isa_name(best_gemm_isa()), default_workers(), load_s, (long long)state_n, prefill_s,
       state_n / prefill_s, (long long)rows_n, (long long)row_len, rows_s, rows_n * row_len / rows_s,
       flop_tok / 1e9, flop_tok * state_n / prefill_s / 1e9,
       flop_tok * rows_n * row_len / rows_s / 1e9, (long long)m, (long long)k, (long long)n,

@@ -27,9 +27,9 @@ struct HeadOptions {
   std::string isa = "auto";
 };
 
-HeadIsa parse_isa(const std::string& name) {
-  for (HeadIsa isa : {HeadIsa::kAuto, HeadIsa::kPortable, HeadIsa::kAvx2, HeadIsa::kAvx512})
-    if (name == head_isa_name(isa)) return isa;
+Isa parse_isa_option(const std::string& name) {
+  if (name == "auto") return head_isa();
+  if (std::optional<Isa> isa = parse_isa(name)) return *isa;
   fail(ErrorKind::kBadInput, "--isa must be auto, portable, avx2 or avx512, got {}", name);
 }
 
@@ -62,7 +62,7 @@ void append_floats(std::string& out, std::span<const float> values) {
 }
 
 int run_head(const HeadOptions& opts) {
-  HeadIsa isa = parse_isa(opts.isa);
+  Isa isa = parse_isa_option(opts.isa);
   PointerHead head = PointerHead::load_bundle(opts.bundle);
   const size_t d = head.hidden();
 

@@ -8,6 +8,7 @@
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/interrupt.h"
+#include "kev/core/isa.h"
 #include "kev/core/progress.h"
 
 namespace kev::cli {
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   for (auto& [sub, run] : runners) {
     if (!sub->parsed()) continue;
     try {
+      check_isa_environment();
       return run();
     } catch (const Error& e) {
       std::fprintf(stderr, "kev %s: %s\n", sub->get_name().c_str(), e.what());

@@ -256,7 +256,7 @@ void merge_tensor(const SafetensorsFile& in, const TensorInfo& t, const Target& 
     fail(ErrorKind::kUnsupported, "{}: rows of {} bytes exceed the {}-byte chunk", t.name,
          row_bytes, kChunkBytes);
   const int64_t chunk_rows = static_cast<int64_t>(kChunkBytes / row_bytes);
-  const MergeIsa isa = merge_isa();
+  const Isa isa = merge_isa();
   const size_t workers = default_workers();
   const uint8_t* w = in.data(t);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
@@ -403,7 +403,7 @@ ExportSummary run_export(const ExportOptions& o) {
   ExportSummary sum;
   sum.out_dir = o.out_dir;
   sum.model = p.recipe.model;
-  sum.merge_isa = merge_isa_name(merge_isa());
+  sum.merge_isa = isa_name(merge_isa());
   sum.merged_targets = merged;
   sum.tensors = tensors;
   sum.shards = p.shards.size();

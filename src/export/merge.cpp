@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "kev/core/bf16.h"
+#include "kev/core/error.h"
 
 namespace kev {
 namespace {
@@ -136,50 +137,24 @@ __attribute__((target("avx512f,avx512bw,fma"))) void merge_avx512(const uint8_t*
   }
 }
 
-MergeIsa detect() {
-  __builtin_cpu_init();
-  MergeIsa best = MergeIsa::kScalar;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = MergeIsa::kAvx2;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("fma"))
-    best = MergeIsa::kAvx512;
-  if (const char* v = std::getenv("KEV_MERGE_ISA")) {
-    std::string_view want(v);
-    MergeIsa asked = want == "scalar" ? MergeIsa::kScalar
-                     : want == "avx2" ? MergeIsa::kAvx2
-                                      : MergeIsa::kAvx512;
-    if (static_cast<int>(asked) < static_cast<int>(best)) best = asked;
-  }
-  return best;
-}
-
 }  // namespace
 
-MergeIsa merge_isa() {
-  static const MergeIsa isa = detect();
+Isa merge_isa() {
+  static const Isa isa = dispatch_isa("KEV_MERGE_ISA");
   return isa;
 }
 
-const char* merge_isa_name(MergeIsa isa) {
-  switch (isa) {
-    case MergeIsa::kAvx512:
-      return "avx512";
-    case MergeIsa::kAvx2:
-      return "avx2";
-    default:
-      return "scalar";
-  }
-}
-
 void merge_lora_rows(const void* w, const float* b, const float* a, int64_t rank, int64_t cols,
-                     float scale, int64_t rows, void* out, MergeIsa isa) {
+                     float scale, int64_t rows, void* out, Isa isa) {
+  if (!isa_supported(isa))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} merge kernels", isa_name(isa));
   auto* wp = static_cast<const uint8_t*>(w);
   auto* op = static_cast<uint8_t*>(out);
   switch (isa) {
-    case MergeIsa::kAvx512:
+    case Isa::kAvx512:
       merge_avx512(wp, b, a, rank, cols, scale, rows, op);
       break;
-    case MergeIsa::kAvx2:
+    case Isa::kAvx2:
       merge_avx2(wp, b, a, rank, cols, scale, rows, op);
       break;
     default:

@@ -188,59 +188,21 @@ constexpr int tiles_for(int nq) {
 
 namespace kev {
 
-bool head_isa_supported(HeadIsa isa) {
-  switch (isa) {
-    case HeadIsa::kAuto:
-    case HeadIsa::kPortable:
-      return true;
-#ifdef KEV_HEAD_X86
-    case HeadIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case HeadIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f");
-#else
-    default:
-      return false;
-#endif
-  }
-  return false;
-}
-
-const char* head_isa_name(HeadIsa isa) {
-  switch (isa) {
-    case HeadIsa::kAuto:
-      return "auto";
-    case HeadIsa::kPortable:
-      return "portable";
-    case HeadIsa::kAvx2:
-      return "avx2";
-    case HeadIsa::kAvx512:
-      return "avx512";
-  }
-  return "?";
-}
-
-HeadIsa head_isa_best() {
-  static const HeadIsa best = [] {
-    if (head_isa_supported(HeadIsa::kAvx512)) return HeadIsa::kAvx512;
-    if (head_isa_supported(HeadIsa::kAvx2)) return HeadIsa::kAvx2;
-    return HeadIsa::kPortable;
-  }();
-  return best;
+Isa head_isa() {
+  static const Isa isa = dispatch_isa("KEV_HEAD_ISA");
+  return isa;
 }
 
 namespace head_kernels {
 
-const KernelSet& kernels(HeadIsa isa) {
-  if (isa == HeadIsa::kAuto) isa = head_isa_best();
-  if (!head_isa_supported(isa))
-    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} pointer-head kernels",
-         head_isa_name(isa));
+const KernelSet& kernels(Isa isa) {
+  if (!isa_supported(isa))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} pointer-head kernels", isa_name(isa));
   switch (isa) {
 #ifdef KEV_HEAD_X86
-    case HeadIsa::kAvx512:
+    case Isa::kAvx512:
       return avx512::kSet;
-    case HeadIsa::kAvx2:
+    case Isa::kAvx2:
       return avx2::kSet;
 #endif
     default:

@@ -26,8 +26,8 @@ struct KernelSet {
                  float* out);
 };
 
-// The kernels for `isa` (kAuto resolves to the best supported one). Throws Error(kUnsupported)
+// The kernels for `isa`. Throws Error(kUnsupported)
 // if this CPU cannot run the requested variant.
-const KernelSet& kernels(HeadIsa isa);
+const KernelSet& kernels(Isa isa);
 
 }  // namespace kev::head_kernels

@@ -199,7 +199,7 @@ void PointerHead::explain_non_finite(const HeadQuestion& q, size_t index, size_t
 }
 
 void PointerHead::project_block(const HeadQuestion* qs, size_t count, float* const* outs,
-                                float* scratch, HeadIsa isa) const {
+                                float* scratch, Isa isa) const {
   const auto& k = head_kernels::kernels(isa);
   size_t p = w_.pointer_dim, d = w_.hidden;
   size_t pp = (p + 15) / 16 * 16, dp = (d + 15) / 16 * 16;
@@ -220,12 +220,12 @@ void PointerHead::project_block(const HeadQuestion* qs, size_t count, float* con
 }
 
 void PointerHead::project(const HeadQuestion& q, std::span<float> logits, HeadWorkspace& ws,
-                          HeadIsa isa) const {
+                          Isa isa) const {
   project_batch(std::span<const HeadQuestion>(&q, 1), logits, ws, isa, 1);
 }
 
 void PointerHead::project_batch(std::span<const HeadQuestion> qs, std::span<float> logits,
-                                HeadWorkspace& ws, HeadIsa isa, size_t workers) const {
+                                HeadWorkspace& ws, Isa isa, size_t workers) const {
   size_t total = 0;
   for (size_t i = 0; i < qs.size(); ++i) {
     check_question(qs[i], i);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "kev/core/error.h"
 #include "kev/core/threads.h"
 
 namespace kev {
@@ -191,11 +192,11 @@ struct IsaPlan {
   int mr, nr;
 };
 
-IsaPlan plan_for(GemmIsa isa) {
+IsaPlan plan_for(Isa isa) {
   switch (isa) {
-    case GemmIsa::kAvx512:
+    case Isa::kAvx512:
       return {&TileSet<Avx512K, 4, 4>::get, 4, 4};
-    case GemmIsa::kAvx2:  // 2x2 tiles: 8 accumulator pairs plus operands fit 16 ymm registers
+    case Isa::kAvx2:  // 2x2 tiles: 8 accumulator pairs plus operands fit 16 ymm registers
       return {&TileSet<Avx2K, 2, 2>::get, 2, 2};
     default:
       return {&TileSet<ScalarK, 1, 1>::get, 4, 4};
@@ -223,47 +224,15 @@ void run_range(const IsaPlan& plan, const float* x, int64_t rows, int64_t ldx, c
 
 }  // namespace
 
-bool gemm_isa_supported(GemmIsa isa) {
-  __builtin_cpu_init();
-  switch (isa) {
-    case GemmIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
-    case GemmIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    default:
-      return true;
-  }
-}
-
-GemmIsa best_gemm_isa() {
-  static const GemmIsa best = [] {
-    GemmIsa cap = GemmIsa::kAvx512;
-    if (const char* e = std::getenv("KEV_GEMM_ISA")) {
-      std::string s = e;
-      if (s == "scalar") cap = GemmIsa::kScalar;
-      if (s == "avx2") cap = GemmIsa::kAvx2;
-    }
-    for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2})
-      if (static_cast<int>(isa) <= static_cast<int>(cap) && gemm_isa_supported(isa)) return isa;
-    return GemmIsa::kScalar;
-  }();
+Isa best_gemm_isa() {
+  static const Isa best = dispatch_isa("KEV_GEMM_ISA");
   return best;
 }
 
-const char* gemm_isa_name(GemmIsa isa) {
-  switch (isa) {
-    case GemmIsa::kAvx512:
-      return "avx512";
-    case GemmIsa::kAvx2:
-      return "avx2";
-    default:
-      return "scalar";
-  }
-}
-
-void gemm_bf16_isa(GemmIsa isa, const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w,
+void gemm_bf16_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w,
                    float* y, int64_t ldy, size_t threads) {
+  if (!isa_supported(isa))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} GEMM kernels", isa_name(isa));
   if (rows <= 0 || w.rows <= 0) return;
   IsaPlan plan = plan_for(isa);
   if (threads == 0) threads = default_workers();

@@ -1,29 +1,28 @@
-// The LoRA merge kernel, bit-identical to Debian torch 1.13 on CPU computing
+// The LoRA merge kernel: the reference's
 //   (W.float() + (B.float() @ A.float()) * scale).to(torch.bfloat16)
-//
-// Order of operations for every element (i, j), all in IEEE binary32:
+// with one fixed order of operations, which is the bundle's reproducibility contract
+// (docs/bundle-format.md "Merge"): every element (i, j), all in IEEE binary32,
 //   acc = +0.0f; for p = 0 .. r-1: acc = fma(B[i,p], A[p,j], acc)   (fused, one rounding/step)
 //   t = acc * scale;  s = f32(W[i,j]) + t;  out = bf16 round-to-nearest-even(s), NaN -> 0x7FC0
-// The product order is what torch's sgemm (Debian's OpenBLAS) does for a K = r inner
-// dimension: one fused multiply-add per k, k ascending, from a zeroed accumulator; we measured
-// it against torch on many shapes (tests/integration/test_export_merge.py keeps checking it).
 // The build uses -ffp-contract=off; the fused steps are explicit (std::fma / FMA intrinsics),
-// so no variant (scalar, AVX2, AVX-512) can differ from another.
+// so no variant (portable, AVX2, AVX-512) can differ from another, and an export writes the
+// same bytes on every CPU. Torch's sgemm uses this order on some CPUs (then its bytes equal
+// ours) and another elsewhere (then it differs by one BF16 ulp in a few elements).
 //
 // Pointers need no alignment. w and out are row-major BF16 [rows, cols]; b is [rows, r] F32 (the
 // rows of B matching w's rows); a is [r, cols] F32.
 #pragma once
 #include <cstdint>
 
+#include "kev/core/isa.h"
+
 namespace kev {
 
-enum class MergeIsa { kScalar, kAvx2, kAvx512 };
-
-// The fastest variant this CPU runs; KEV_MERGE_ISA=scalar|avx2|avx512 may lower it (tests).
-MergeIsa merge_isa();
-const char* merge_isa_name(MergeIsa isa);
+// The fastest variant this CPU runs, capped by KEV_MERGE_ISA / KEV_ISA (kev/core/isa.h); read
+// once per process. Every variant writes the same bytes.
+Isa merge_isa();
 
 void merge_lora_rows(const void* w, const float* b, const float* a, int64_t rank, int64_t cols,
-                     float scale, int64_t rows, void* out, MergeIsa isa);
+                     float scale, int64_t rows, void* out, Isa isa);
 
 }  // namespace kev

@@ -35,14 +35,14 @@
 #include <string>
 #include <vector>
 
+#include "kev/core/isa.h"
+
 namespace kev {
 
-// Instruction set used by the kernels. kAuto picks the best the CPU supports; the others exist
-// so tests can prove every variant gives bit-identical results.
-enum class HeadIsa { kAuto, kPortable, kAvx2, kAvx512 };
-bool head_isa_supported(HeadIsa isa);
-const char* head_isa_name(HeadIsa isa);
-HeadIsa head_isa_best();  // the variant kAuto resolves to on this CPU
+// The kernel variant used by default: the best this CPU supports, capped by KEV_HEAD_ISA /
+// KEV_ISA (kev/core/isa.h); read once per process. Every variant is bit-identical; passing
+// another supported one is for tests and benchmarks, an unsupported one throws kUnsupported.
+Isa head_isa();
 
 // One question: views into caller memory (row-major, options contiguous).
 struct HeadQuestion {
@@ -90,11 +90,11 @@ class PointerHead {
 
   // Raw logits of one question, on the calling thread; logits.size() must equal q.num_options.
   void project(const HeadQuestion& q, std::span<float> logits, HeadWorkspace& ws,
-               HeadIsa isa = HeadIsa::kAuto) const;
+               Isa isa = head_isa()) const;
   // Raw logits of many questions, concatenated in question order into `logits` (size = total
   // options). Bit-identical to calling project() once per question.
   void project_batch(std::span<const HeadQuestion> qs, std::span<float> logits, HeadWorkspace& ws,
-                     HeadIsa isa = HeadIsa::kAuto, size_t workers = 0) const;
+                     Isa isa = head_isa(), size_t workers = 0) const;
   // softmax(logits / temperature()) of one question.
   void calibrate(std::span<const float> logits, std::span<float> probs) const;
   // Per-question calibration of concatenated logits (counts[i] options for question i).
@@ -109,7 +109,7 @@ class PointerHead {
   [[noreturn]] void explain_non_finite(const HeadQuestion& q, size_t index, size_t option,
                                        float value) const;
   void project_block(const HeadQuestion* qs, size_t count, float* const* outs, float* scratch,
-                     HeadIsa isa) const;
+                     Isa isa) const;
   size_t slot_floats() const;
 
   PointerHeadWeights w_;

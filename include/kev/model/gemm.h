@@ -11,21 +11,20 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kev/core/isa.h"
 #include "kev/model/weights.h"
 
 namespace kev {
 
-enum class GemmIsa { kScalar, kAvx2, kAvx512 };
-
-GemmIsa
-best_gemm_isa();  // by CPUID (__builtin_cpu_supports), KEV_GEMM_ISA=scalar|avx2|avx512 caps it
-const char* gemm_isa_name(GemmIsa isa);
-bool gemm_isa_supported(GemmIsa isa);
+// The variant gemm_bf16 runs: the best this CPU supports, capped by KEV_GEMM_ISA / KEV_ISA
+// (kev/core/isa.h); read once per process.
+Isa best_gemm_isa();
 
 // x: rows x K with row stride ldx; y: rows x N with row stride ldy. threads 0 = default_workers().
 void gemm_bf16(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, float* y,
                int64_t ldy, size_t threads = 0);
-void gemm_bf16_isa(GemmIsa isa, const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w,
+// isa must be supported by this CPU (isa_supported).
+void gemm_bf16_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w,
                    float* y, int64_t ldy, size_t threads);
 
 }  // namespace kev

@@ -337,15 +337,15 @@ TEST(Merge, RankOneMatchesFloat64Formula) {
   std::vector<uint16_t> w(wf.size()), out(wf.size());
   for (size_t i = 0; i < wf.size(); ++i) w[i] = f32_to_bf16(wf[i]);
   auto b = uniform(rows, -0.05f, 0.05f, 2), a = uniform(cols, -0.2f, 0.2f, 3);
-  for (MergeIsa isa : {MergeIsa::kScalar, MergeIsa::kAvx2, MergeIsa::kAvx512}) {
-    if (static_cast<int>(isa) > static_cast<int>(merge_isa())) continue;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
     merge_lora_rows(w.data(), b.data(), a.data(), 1, cols, 3.0f, rows, out.data(), isa);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
         float prod = static_cast<float>(static_cast<double>(b[i]) * a[j]);
         float t = static_cast<float>(static_cast<double>(prod) * 3.0);
         float s = static_cast<float>(static_cast<double>(bf16_to_f32(w[i * cols + j])) + t);
-        ASSERT_EQ(out[i * cols + j], f32_to_bf16(s)) << merge_isa_name(isa) << " " << i << "," << j;
+        ASSERT_EQ(out[i * cols + j], f32_to_bf16(s)) << isa_name(isa) << " " << i << "," << j;
       }
   }
 }
@@ -359,13 +359,13 @@ TEST(Merge, AllIsasBitIdentical) {
     w[0] = 0x7f80;  // +inf stays inf
     auto b = uniform(rows * rank, -0.05f, 0.05f, 5), a = uniform(rank * cols, -0.2f, 0.2f, 6);
     merge_lora_rows(w.data(), b.data(), a.data(), rank, cols, 2.0f, rows, ref.data(),
-                    MergeIsa::kScalar);
+                    Isa::kPortable);
     EXPECT_EQ(ref[0], 0x7f80);
-    for (MergeIsa isa : {MergeIsa::kAvx2, MergeIsa::kAvx512}) {
-      if (static_cast<int>(isa) > static_cast<int>(merge_isa())) continue;
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
       merge_lora_rows(w.data(), b.data(), a.data(), rank, cols, 2.0f, rows, out.data(), isa);
       EXPECT_EQ(std::memcmp(out.data(), ref.data(), out.size() * 2), 0)
-          << merge_isa_name(isa) << " cols " << cols;
+          << isa_name(isa) << " cols " << cols;
     }
   }
 }
@@ -376,8 +376,8 @@ TEST(Merge, NanBecomesCanonical) {
   w[1] = 0xffc0;
   w[20] = 0xff81;
   std::vector<float> b = {1.0f}, a(64, 0.0f);
-  for (MergeIsa isa : {MergeIsa::kScalar, MergeIsa::kAvx2, MergeIsa::kAvx512}) {
-    if (static_cast<int>(isa) > static_cast<int>(merge_isa())) continue;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
     merge_lora_rows(w.data(), b.data(), a.data(), 1, 64, 2.0f, 1, out.data(), isa);
     EXPECT_EQ(out[20], 0x7fc0);
     EXPECT_EQ(out[0], 0x7fc0);

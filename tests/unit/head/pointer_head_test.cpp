@@ -65,10 +65,10 @@ std::vector<double> reference_logits(const PointerHeadWeights& w, const float* d
   return out;
 }
 
-std::vector<HeadIsa> supported_isas() {
-  std::vector<HeadIsa> out;
-  for (HeadIsa isa : {HeadIsa::kPortable, HeadIsa::kAvx2, HeadIsa::kAvx512})
-    if (head_isa_supported(isa)) out.push_back(isa);
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(isa)) out.push_back(isa);
   return out;
 }
 
@@ -95,13 +95,13 @@ TEST(PointerHead, MatchesFloat64FormulaWithinGates) {
       auto decide = uniform(d, -1, 1, 100 + k);
       auto options = uniform(k * d, -1, 1, 200 + k);
       auto ref = reference_logits(w, decide.data(), options.data(), k);
-      for (HeadIsa isa : supported_isas()) {
+      for (Isa isa : supported_isas()) {
         HeadWorkspace ws;
         std::vector<float> logits(k);
         head.project({decide, options, k}, logits, ws, isa);
         for (size_t i = 0; i < k; ++i)
           EXPECT_LE(std::abs(logits[i] - ref[i]), 1e-4 + 1e-5 * std::abs(ref[i]))
-              << "p=" << p << " d=" << d << " k=" << k << " isa=" << head_isa_name(isa);
+              << "p=" << p << " d=" << d << " k=" << k << " isa=" << isa_name(isa);
       }
     }
   }
@@ -116,12 +116,12 @@ TEST(PointerHead, EveryIsaIsBitIdentical) {
     auto decide = uniform(d, -2, 2, 1);
     auto options = uniform(k * d, -2, 2, 2);
     std::vector<float> first;
-    for (HeadIsa isa : isas) {
+    for (Isa isa : isas) {
       HeadWorkspace ws;
       std::vector<float> logits(k);
       head.project({decide, options, k}, logits, ws, isa);
       if (first.empty()) first = logits;
-      EXPECT_TRUE(same_bits(first, logits)) << head_isa_name(isa) << " p=" << p << " d=" << d;
+      EXPECT_TRUE(same_bits(first, logits)) << isa_name(isa) << " p=" << p << " d=" << d;
     }
   }
 }
@@ -152,7 +152,7 @@ TEST(PointerHead, BatchEqualsOneAtATimeBitForBit) {
   PointerHead head(random_weights(p, d, 3), 2.0);
   for (size_t n : {1u, 2u, 5u, 8u, 9u, 17u, 30u}) {
     Batch b = make_batch(n, d, static_cast<uint32_t>(n));
-    for (HeadIsa isa : supported_isas()) {
+    for (Isa isa : supported_isas()) {
       std::vector<float> single;
       HeadWorkspace ws;
       for (const auto& q : b.questions) {
@@ -165,7 +165,7 @@ TEST(PointerHead, BatchEqualsOneAtATimeBitForBit) {
         HeadWorkspace bws;
         head.project_batch(b.questions, batch, bws, isa, workers);
         EXPECT_TRUE(same_bits(single, batch))
-            << "n=" << n << " workers=" << workers << " isa=" << head_isa_name(isa);
+            << "n=" << n << " workers=" << workers << " isa=" << isa_name(isa);
       }
     }
     // Calibration per question, never across questions.

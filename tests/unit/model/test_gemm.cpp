@@ -29,16 +29,16 @@ Problem make(int64_t m, int64_t k, int64_t n, unsigned seed) {
   return p;
 }
 
-std::vector<float> run(const Problem& p, GemmIsa isa, size_t threads) {
+std::vector<float> run(const Problem& p, Isa isa, size_t threads) {
   std::vector<float> y(static_cast<size_t>(p.m * p.n), NAN);
   gemm_bf16_isa(isa, p.x.data(), p.m, p.k, p.mat(), y.data(), p.n, threads);
   return y;
 }
 
-std::vector<GemmIsa> isas() {
-  std::vector<GemmIsa> out;
-  for (GemmIsa i : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512})
-    if (gemm_isa_supported(i)) out.push_back(i);
+std::vector<Isa> isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(i)) out.push_back(i);
   return out;
 }
 
@@ -46,7 +46,7 @@ TEST(Gemm, MatchesDoubleReference) {
   for (auto [m, k, n] :
        {std::tuple{1, 1, 1}, {7, 83, 11}, {5, 16, 9}, {13, 256, 33}, {4, 1000, 4}}) {
     Problem p = make(m, k, n, 7);
-    for (GemmIsa isa : isas()) {
+    for (Isa isa : isas()) {
       std::vector<float> y = run(p, isa, 2);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
@@ -57,7 +57,7 @@ TEST(Gemm, MatchesDoubleReference) {
             mag += std::fabs(prod);
           }
           ASSERT_NEAR(y[i * n + j], ref, 1e-6 * mag + 1e-7)
-              << gemm_isa_name(isa) << " m=" << m << " k=" << k << " n=" << n;
+              << isa_name(isa) << " m=" << m << " k=" << k << " n=" << n;
         }
     }
   }
@@ -65,9 +65,9 @@ TEST(Gemm, MatchesDoubleReference) {
 
 TEST(Gemm, IsaThreadAndBatchIndependentBitwise) {
   Problem p = make(19, 211, 37, 11);
-  std::vector<float> base = run(p, GemmIsa::kScalar, 1);
-  for (GemmIsa isa : isas())
-    for (size_t threads : {1, 2, 3}) EXPECT_EQ(run(p, isa, threads), base) << gemm_isa_name(isa);
+  std::vector<float> base = run(p, Isa::kPortable, 1);
+  for (Isa isa : isas())
+    for (size_t threads : {1, 2, 3}) EXPECT_EQ(run(p, isa, threads), base) << isa_name(isa);
   // Each row computed alone equals the same row inside the batch.
   for (int64_t r : {0, 5, 18}) {
     Problem one{1, p.k, p.n, std::vector<float>(p.x.begin() + r * p.k, p.x.begin() + (r + 1) * p.k),
@@ -84,8 +84,8 @@ TEST(Gemm, UnalignedWeightsAndStrides) {
   std::vector<float> xs(static_cast<size_t>(p.m * 50));
   for (int64_t i = 0; i < p.m; ++i)
     std::copy(p.x.begin() + i * p.k, p.x.begin() + (i + 1) * p.k, xs.begin() + i * 50);
-  std::vector<float> want = run(p, GemmIsa::kScalar, 1);
-  for (GemmIsa isa : isas()) {
+  std::vector<float> want = run(p, Isa::kPortable, 1);
+  for (Isa isa : isas()) {
     std::vector<float> y(static_cast<size_t>(p.m * 12));
     gemm_bf16_isa(isa, xs.data(), p.m, 50, Bf16Matrix{shifted.data() + 1, p.n, p.k}, y.data(), 12,
                   2);

@@ -1,0 +1,33 @@
+// kev cpu: what this CPU supports and which kernel variant each family runs (after KEV_ISA and the
+// per-family variables), as JSON. For bug reports, benchmarks and tests that force a path.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "kev/core/isa.h"
+#include "kev/export/merge.h"
+#include "kev/head/pointer_head.h"
+#include "kev/model/gemm.h"
+
+namespace {
+
+const bool registered = kev::cli::register_command(
+    "cpu", "the instruction sets this CPU supports and the kernel variants in use (JSON)",
+    [](CLI::App&) {
+      return [] {
+        using kev::Isa;
+        nlohmann::json j = {{"supported",
+                             {{"portable", true},
+                              {"avx2", kev::isa_supported(Isa::kAvx2)},
+                              {"avx512", kev::isa_supported(Isa::kAvx512)}}},
+                            {"kernels",
+                             {{"gemm", kev::isa_name(kev::best_gemm_isa())},
+                              {"merge", kev::isa_name(kev::merge_isa())},
+                              {"head", kev::isa_name(kev::head_isa())}}}};
+        std::printf("%s\n", j.dump().c_str());
+        return 0;
+      };
+    });
+
+}  // namespace
