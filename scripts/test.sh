@@ -14,11 +14,29 @@ echo "== format check" >&2
 mapfile -t sources < <(git ls-files '*.cpp' '*.h')
 if ((${#sources[@]})); then clang-format --dry-run --Werror "${sources[@]}"; fi
 
+# Runs ctest with the given extra arguments; adds the number of tests it ran to $total.
+total=0
+run_ctest() {
+  local log
+  log=$(mktemp)
+  ctest --test-dir build/ci --output-on-failure -j "$(nproc)" "$@" | tee "$log"
+  total=$((total + $(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)))
+  rm -f "$log"
+}
+
 echo "== tests" >&2
-ctest_log=$(mktemp)
-ctest --test-dir build/ci --output-on-failure -j "$(nproc)" | tee "$ctest_log"
-total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$ctest_log" | tail -1)
-rm -f "$ctest_log"
+echo "cpu: $(build/ci/kev cpu)" >&2
+run_ctest
+
+# The ISA matrix: the tests that go through the dispatched kernels, again with every kernel
+# forced to each variant below this CPU's best (README "CPUs"), so an AVX-512 machine also runs
+# the AVX2 code and every machine the portable code.
+best=$(build/ci/kev cpu | sed -n 's/.*"gemm":"\([a-z0-9]*\)".*/\1/p')
+for isa in avx2 portable; do
+  if [ "$isa" = "$best" ] || { [ "$isa" = avx2 ] && [ "$best" = portable ]; }; then continue; fi
+  echo "== tests with KEV_ISA=$isa (this CPU's best: $best)" >&2
+  KEV_ISA=$isa run_ctest -L 'unit|cpu-kernels'
+done
 
 fuzz_seconds=${KEV_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ] && ls tests/fuzz/fuzz_*.cpp >/dev/null 2>&1; then
