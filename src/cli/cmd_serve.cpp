@@ -66,8 +66,8 @@ int run_serve(ServeCliOptions& o) {
                   .c_str());
   std::fflush(stdout);
 
-  // The signal handler only sets a flag; this thread turns it into drain(), then after
-  // --drain-delay into stop() (run() returns once every accepted request is answered).
+  // The signal handler only sets a flag; this (main) thread polls it: drain() at once, then
+  // after --drain-delay stop() (run() returns once every accepted request is answered).
   using Clock = std::chrono::steady_clock;
   std::optional<Clock::time_point> drain_since;
   while (!returned.load()) {
