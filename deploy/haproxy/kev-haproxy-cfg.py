@@ -6,7 +6,8 @@
     haproxy -c -f kev.cfg && haproxy -db -f kev.cfg
 
 What the configuration does (docs/deploy.md explains each choice):
-  * health checks on GET /health/ready (200 = in rotation; 503 "loading"/"draining" = out);
+  * health checks on GET /health/ready (200 = in rotation; 503 "loading"/"draining" = out
+    after `--fall` checks, default 2 x 1 s: give replicas a --drain-delay above that);
   * L7 retries: a request that a replica never answered (connection refused/reset, closed
     without a response, junk) or answered 503 (busy, loading) is sent again, each retry to
     another replica (`option redispatch 1`). Timeouts are NOT retried (a long prefill would run
@@ -46,7 +47,10 @@ def parse_args(argv):
     p.add_argument("--timeout-queue", default="120s",
                    help="longest a request waits in HAProxy's queue for a replica slot")
     p.add_argument("--check-inter", default="1s", help="health check interval (default 1s)")
-    p.add_argument("--fall", type=int, default=1, help="failed checks before a replica is out")
+    p.add_argument("--fall", type=int, default=2, help="failed checks before a replica is out")
+    p.add_argument("--timeout-check", default="2s",
+                   help="longest a health check may take once connected (default 2s: a replica "
+                        "starved of CPU answers late, it is not down)")
     p.add_argument("--rise", type=int, default=2, help="passed checks before a replica is back in")
     p.add_argument("--retries", type=int, default=3, help="L7 retries per request (default 3)")
     p.add_argument("--bufsize", type=int, default=256 << 10,
@@ -75,6 +79,7 @@ def render(a):
     w("    mode http")
     w("    timeout connect 1s")
     w("    timeout http-request 30s")
+    w(f"    timeout check {a.timeout_check}")
     w(f"    timeout queue {a.timeout_queue}")
     w(f"    timeout server {a.timeout_server}")
     w(f"    timeout client {a.timeout_server}")

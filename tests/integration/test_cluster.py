@@ -26,7 +26,9 @@ from kevtest import KEV_BIN, SOURCE_DIR, run_kev, synth_bundle  # noqa: E402
 pytestmark = pytest.mark.skipif(HAPROXY is None, reason=HAPROXY_REASON)
 
 # Fast health checks so the tests are short; the shipped defaults are slower (1 s).
-CHECKS = ("--check-inter", "200ms", "--fall", 1, "--rise", 1, "--nbthread", 1)
+# Two failed checks (not one) so that a replica starved of CPU on a busy machine is not taken
+# out by one late answer.
+CHECKS = ("--check-inter", "200ms", "--fall", 2, "--rise", 1, "--nbthread", 1)
 REPLICA_ARGS = ("--threads", 1, "--max-state", 512)
 
 
@@ -180,7 +182,8 @@ def test_affinity_keeps_the_single_server_hit_rate(bundle, cluster_factory):
         items = [(i, r, {STATE_KEY: state_key(r["state"])} if keyed else {}) for i, r in enumerate(reqs)]
         load = Load(port, items, workers=1).start()  # sequential: the rotation is predictable
         load.join(timeout=120)
-        assert all(not isinstance(r, Exception) and r[0] == 200 for r in load.results.values())
+        bad = {i: r for i, r in load.results.items() if isinstance(r, Exception) or r[0] != 200}
+        assert not bad, f"{len(bad)} failed: {list(bad.items())[:3]}"
         return load
 
     # One server, fresh cache: each state misses once, then hits.
