@@ -68,7 +68,8 @@ def main():
         rate(two.port, [req(i) for i in range(min(4, a.requests))])
         both = [mem(one.pid), mem(two.pid)]
         print(json.dumps({"bundle": a.bundle, "requests": a.requests,
-                          "requests_per_s_per_core": {"cold_state": round(cold, 2), "cached_state": round(cached, 2)},
+                          "requests_per_s_per_core": {"cold_state": round(cold, 4), "cached_state": round(cached, 4)},
+                          "s_per_request": {"cold_state": round(1 / cold, 3), "cached_state": round(1 / cached, 3)},
                           "memory_MiB_one_replica": alone, "memory_MiB_two_replicas": both}, indent=1))
     finally:
         one.kill()
