@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kev-native needs on Debian 12 (as root): build tools, libraries, the
-# torch/numpy oracles, and the npm packages of the tokenizer oracle (from the lock file).
+# torch/numpy oracles, HAProxy (scale-out tests), and the npm packages of the tokenizer oracle
+# and of the Kubernetes manifest validator (from their lock files).
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ PACKAGES=(
   libfuzzer-14-dev libclang-rt-14-dev
   nlohmann-json3-dev libssl-dev libzip-dev libcli11-dev libfmt-dev libpcre2-dev
   libutf8proc-dev libopenblas-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-torch python3-numpy python3-pytest nodejs npm
+  python3 python3-torch python3-numpy python3-pytest nodejs npm haproxy
 )
 
 missing=()
@@ -29,9 +30,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ -f tests/oracle/js/package-lock.json ]; then
-  if [ ! -d tests/oracle/js/node_modules ] || [ tests/oracle/js/package-lock.json -nt tests/oracle/js/node_modules ]; then
-    echo "setup: installing the tokenizer oracle (npm ci)" >&2
-    (cd tests/oracle/js && npm ci --no-audit --no-fund --loglevel=error)
+for dir in tests/oracle/js tests/k8s; do
+  if [ -f "$dir/package-lock.json" ]; then
+    if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+      echo "setup: installing the npm packages of $dir (npm ci)" >&2
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
   fi
-fi
+done

@@ -1,9 +1,13 @@
 // `kev serve`: the HTTP API (POST /v1/systemone, GET /health, GET /v1/models) over a bundle.
-// Prints one JSON line {"listening": "http://HOST:PORT", "model": NAME} on stdout once bound;
-// SIGINT/SIGTERM stop accepting, let every accepted request finish, then exit 0.
+// Binds first and answers /health/live and /health/ready ("loading") while the bundle loads;
+// prints one JSON line {"listening": "http://HOST:PORT", "model": NAME} on stdout once loaded.
+// SIGINT/SIGTERM: not ready at once ("draining"), keep serving for --drain-delay seconds, then
+// stop accepting, let every accepted request finish, exit 0.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli/command.h"
@@ -20,16 +24,40 @@ struct ServeCliOptions {
   ServeOptions serve;
   ScorerOptions scorer;
   bool quiet = false;
+  double drain_delay_s = 0;
 };
+
+// Stops `server` and waits for run() to return. stop() is repeated because one that lands
+// before the accept loop has started is a no-op.
+void stop_and_join(HttpServer& server, std::thread& runner, const std::atomic<bool>& returned) {
+  while (!returned.load()) {
+    server.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  runner.join();
+}
 
 int run_serve(ServeCliOptions& o) {
   const std::string model = bundle_model_name(o.bundle);
-  Scorer scorer(o.bundle, o.scorer);
-  check_interrupted();  // a signal during loading: stop before listening
-
   o.serve.log_requests = !o.quiet;
-  HttpServer server(scorer, model, o.serve);
+  // Bind and answer /health/* first, so a balancer sees "loading" rather than a refused port.
+  std::unique_ptr<Scorer> scorer;  // declared first: outlives the server
+  HttpServer server(model, o.serve);
   const int port = server.bind();
+  std::atomic<bool> returned{false};
+  std::thread runner([&] {
+    server.run();
+    returned = true;
+  });
+  try {
+    scorer = std::make_unique<Scorer>(o.bundle, o.scorer);
+    check_interrupted();  // a signal during loading: stop before turning ready
+  } catch (...) {
+    stop_and_join(server, runner, returned);
+    throw;
+  }
+  server.set_scorer(*scorer);
+
   const std::string& host = o.serve.host;
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   std::printf("%s\n",
@@ -38,18 +66,21 @@ int run_serve(ServeCliOptions& o) {
                   .c_str());
   std::fflush(stdout);
 
-  // The signal handler only sets a flag; this thread turns it into server.stop(). It repeats
-  // stop() until run() returns, so a signal that lands before listening starts is not lost.
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {
-    while (!done.load()) {
-      if (interrupted()) server.stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The signal handler only sets a flag; this (main) thread polls it: drain() at once, then
+  // after --drain-delay stop() (run() returns once every accepted request is answered).
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> drain_since;
+  while (!returned.load()) {
+    if (interrupted() && !drain_since) {
+      server.drain();
+      drain_since = Clock::now();
     }
-  });
-  server.run();
-  done = true;
-  watcher.join();
+    if (drain_since &&
+        Clock::now() - *drain_since >= std::chrono::duration<double>(o.drain_delay_s))
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop_and_join(server, runner, returned);
   if (!o.quiet) std::fprintf(stderr, "kev serve: stopped\n");
   return 0;
 }
@@ -69,6 +100,10 @@ const bool registered = register_command(
       app.add_option("--max-body", o->serve.max_body,
                      "largest request body in bytes, else 413 (default 4 MiB)")
           ->check(CLI::PositiveNumber);
+      app.add_option("--drain-delay", o->drain_delay_s,
+                     "seconds to keep serving, not ready, after SIGTERM/SIGINT before refusing "
+                     "new connections (default 0)")
+          ->check(CLI::NonNegativeNumber);
       add_scorer_flags(app, o->scorer);
       // main() adds --quiet to the command and to `kev` itself; either silences the log.
       CLI::Option* quiet_here = app.get_option_no_throw("--quiet");

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -73,13 +74,14 @@ thread_local std::optional<std::chrono::steady_clock::time_point> t_request_star
 }  // namespace
 
 struct HttpServer::Impl {
-  const Scorer& scorer;
+  std::atomic<const Scorer*> scorer{nullptr};  // null while the bundle loads
+  std::atomic<bool> draining{false};
   std::string model;
   ServeOptions options;
   Admission admission;
   httplib::Server server;
 
-  Impl(const Scorer& s, std::string m, ServeOptions o)
+  Impl(const Scorer* s, std::string m, ServeOptions o)
       : scorer(s),
         model(std::move(m)),
         options(std::move(o)),
@@ -92,7 +94,19 @@ struct HttpServer::Impl {
                            : fmt::format("\"{}\" (alias \"{}\")", model, kAlias);
   }
 
+  bool ready() const { return scorer.load() != nullptr && !draining.load(); }
+
+  // The /v1 answer while the bundle loads: 503 + Retry-After (a balancer retries elsewhere).
+  bool refuse_while_loading(httplib::Response& res) const {
+    if (scorer.load() != nullptr) return false;
+    res.set_header("Retry-After", "1");
+    send_detail(res, 503, "the model is still loading; retry later");
+    return true;
+  }
+
   void score(const httplib::Request& req, httplib::Response& res) {
+    if (refuse_while_loading(res)) return;
+    const Scorer& scorer = *this->scorer.load();
     // httplib already refuses a declared Content-Length over the limit; this also covers
     // chunked bodies.
     if (req.body.size() > options.max_body)
@@ -133,16 +147,23 @@ struct HttpServer::Impl {
 
   OrderedJson health() const {
     auto [inflight, queued] = admission.counts();
-    const auto& cache = scorer.cache();
-    return {{"status", "ok"},
-            {"model", model},
-            {"inflight", inflight},
-            {"queued", queued},
-            {"cache",
-             {{"entries", cache.entries()},
-              {"tokens", cache.tokens()},
-              {"hits", cache.hits()},
-              {"misses", cache.misses()}}}};
+    OrderedJson cache_json = {{"entries", 0}, {"tokens", 0}, {"hits", 0}, {"misses", 0}};
+    if (const Scorer* s = scorer.load()) {
+      const auto& cache = s->cache();
+      cache_json = {{"entries", cache.entries()},
+                    {"tokens", cache.tokens()},
+                    {"hits", cache.hits()},
+                    {"misses", cache.misses()}};
+    }
+    return {{"status", "ok"},   {"model", model},      {"inflight", inflight},
+            {"queued", queued}, {"cache", cache_json}, {"ready", ready()}};
+  }
+
+  // Readiness for a balancer: 200 only when loaded and not draining; else 503 + Retry-After.
+  void health_ready(httplib::Response& res) const {
+    if (ready()) return send_json(res, 200, OrderedJson{{"status", "ready"}, {"model", model}});
+    res.set_header("Retry-After", "1");
+    send_json(res, 503, OrderedJson{{"status", scorer.load() ? "draining" : "loading"}});
   }
 
   OrderedJson models() const {
@@ -158,11 +179,18 @@ struct HttpServer::Impl {
     server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, health());
     });
+    server.Get("/health/live", [](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, OrderedJson{{"status", "live"}});
+    });
+    server.Get("/health/ready",
+               [this](const httplib::Request&, httplib::Response& res) { health_ready(res); });
     server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200, models());
+      if (!refuse_while_loading(res)) send_json(res, 200, models());
     });
     not_allowed("/v1/systemone", "POST");
     not_allowed("/health", "GET");
+    not_allowed("/health/live", "GET");
+    not_allowed("/health/ready", "GET");
     not_allowed("/v1/models", "GET");
   }
 
@@ -236,7 +264,12 @@ struct HttpServer::Impl {
 };
 
 HttpServer::HttpServer(const Scorer& scorer, std::string model_name, ServeOptions options)
-    : impl_(std::make_unique<Impl>(scorer, std::move(model_name), std::move(options))) {
+    : HttpServer(std::move(model_name), std::move(options)) {
+  set_scorer(scorer);
+}
+
+HttpServer::HttpServer(std::string model_name, ServeOptions options)
+    : impl_(std::make_unique<Impl>(nullptr, std::move(model_name), std::move(options))) {
   if (impl_->options.max_inflight == 0)
     fail(ErrorKind::kBadInput, "--max-inflight must be at least 1");
   impl_->configure();
@@ -268,6 +301,14 @@ void HttpServer::run() {
 
 void HttpServer::stop() {
   impl_->server.stop();
+}
+
+void HttpServer::set_scorer(const Scorer& scorer) {
+  impl_->scorer = &scorer;
+}
+
+void HttpServer::drain() {
+  impl_->draining = true;
 }
 
 std::string bundle_model_name(const std::string& bundle_dir) {

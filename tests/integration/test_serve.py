@@ -139,9 +139,9 @@ def test_health_and_models(server, model_name):
     assert server.score(REQUESTS[1])[0] == 200
     status, hdrs, health = server.request("GET", "/health")
     assert status == 200 and hdrs["content-type"].startswith("application/json")
-    assert list(health) == ["status", "model", "inflight", "queued", "cache"]
+    assert list(health) == ["status", "model", "inflight", "queued", "cache", "ready"]
     assert health["status"] == "ok" and health["model"] == model_name
-    assert health["inflight"] == 0 and health["queued"] == 0
+    assert health["inflight"] == 0 and health["queued"] == 0 and health["ready"] is True
     cache = health["cache"]
     assert set(cache) == {"entries", "tokens", "hits", "misses"}
     assert all(isinstance(v, int) for v in cache.values())

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Scale-out demo on loopback: 3 `kev serve` replicas on the synthetic bundle behind HAProxy
+# (configuration from deploy/haproxy/kev-haproxy-cfg.py), a short load of repeated states with
+# X-Kev-State-Key, then per-replica request counts and each replica's prefix-cache hit rate from
+# its /health. Stops every process it started, by pid, on any exit.
+#   KEV_BIN (default build/release/kev, built if missing), KEV_DEMO_DIR (default: a new
+#   temporary directory), DEMO_REQUESTS (default 120), DEMO_STATES (default 24),
+#   DEMO_AFFINITY (header | none; default header).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || {
+  echo "cluster-demo: haproxy is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
+haproxy=$(command -v haproxy || echo /usr/sbin/haproxy)
+kev=${KEV_BIN:-$root/build/release/kev}
+[ -x "$kev" ] || scripts/build.sh release
+work=${KEV_DEMO_DIR:-$(mktemp -d -t kev-cluster.XXXXXX)}
+mkdir -p "$work"
+requests=${DEMO_REQUESTS:-120} states=${DEMO_STATES:-24} affinity=${DEMO_AFFINITY:-header}
+
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+if [ ! -f "$work/bundle/kev_export.json" ]; then
+  echo "== synthesize + pin + export a tiny bundle in $work"
+  rm -rf "$work/synth" "$work/bundle"
+  "$kev" synth --out "$work/synth" --quiet
+  "$kev" pin --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" --out "$work/recipe.json"
+  "$kev" export --recipe "$work/recipe.json" --base "$work/synth/base" \
+    --checkpoint "$work/synth/checkpoint" --out "$work/bundle" --quiet
+fi
+
+echo "== start 3 replicas (kev serve --port 0 --threads 1 --drain-delay 2)"
+ports=()
+for i in 1 2 3; do
+  fifo=$work/listen-$i
+  rm -f "$fifo"; mkfifo "$fifo"
+  "$kev" serve --bundle "$work/bundle" --port 0 --threads 1 --drain-delay 2 --quiet >"$fifo" &
+  pids+=($!)
+  read -r -t 60 line <"$fifo" || { echo "cluster-demo: replica $i did not start" >&2; exit 1; }
+  port=$(sed -E 's/.*"http:\/\/127\.0\.0\.1:([0-9]+)".*/\1/' <<<"$line")
+  ports+=("$port")
+  echo "   r$i pid ${pids[-1]} on 127.0.0.1:$port"
+done
+
+lb_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+python3 deploy/haproxy/kev-haproxy-cfg.py --bind "127.0.0.1:$lb_port" --affinity "$affinity" \
+  --stats-socket "$work/haproxy.sock" --check-inter 500ms \
+  $(for p in "${ports[@]}"; do echo --replica "127.0.0.1:$p"; done) >"$work/haproxy.cfg"
+"$haproxy" -c -q -f "$work/haproxy.cfg"
+"$haproxy" -db -f "$work/haproxy.cfg" >"$work/haproxy.log" 2>&1 &
+pids+=($!)
+echo "== HAProxy pid ${pids[-1]} on 127.0.0.1:$lb_port (config $work/haproxy.cfg, affinity: $affinity)"
+
+python3 - "$lb_port" "$requests" "$states" "${ports[@]}" <<'PY'
+import hashlib, json, sys, time, urllib.request, urllib.error
+from concurrent.futures import ThreadPoolExecutor
+lb, n, k, ports = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [int(p) for p in sys.argv[4:]]
+
+def get(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return json.load(r)
+
+end = time.monotonic() + 30  # every replica ready through the balancer
+while time.monotonic() < end:
+    try:
+        if get(lb, "/health/ready")["status"] == "ready" and all(get(p, "/health")["ready"] for p in ports):
+            break
+    except (OSError, ValueError):
+        pass
+    time.sleep(0.2)
+time.sleep(1.5)  # HAProxy's rise (2 checks of 500 ms)
+before = [get(p, "/health")["cache"] for p in ports]
+
+def one(i):
+    state = {"session": i % k, "history": "the customer asked about the delivery date " * 4}
+    body = json.dumps({"state": state, "questions": {"q": {"type": "noul", "instructions": "Escalate?"}}}).encode()
+    key = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:32]
+    req = urllib.request.Request(f"http://127.0.0.1:{lb}/v1/systemone", body,
+                                 {"Content-Type": "application/json", "X-Kev-State-Key": key})
+    for _ in range(20):  # a 503 with Retry-After is retried
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.headers.get("X-Kev-Replica")
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or not e.headers.get("Retry-After"):
+                return e.code, e.headers.get("X-Kev-Replica")
+            time.sleep(0.2)
+    return 503, None
+
+t0 = time.monotonic()
+with ThreadPoolExecutor(4) as pool:
+    results = list(pool.map(one, range(n)))
+dt = time.monotonic() - t0
+ok = sum(1 for s, _ in results if s == 200)
+print(f"== {n} requests ({k} states, 4 client threads) in {dt:.2f} s: {ok} answered 200, {n - ok} failed")
+for i, p in enumerate(ports, 1):
+    c, b = get(p, "/health")["cache"], before[i - 1]
+    hits, misses = c["hits"] - b["hits"], c["misses"] - b["misses"]
+    served = sum(1 for _, r in results if r == f"r{i}")
+    rate = hits / (hits + misses) if hits + misses else 0.0
+    print(f"   r{i}: {served:4d} requests, prefix cache {hits} hits / {misses} misses (hit rate {rate:.2f})")
+hits = sum(get(p, "/health")["cache"]["hits"] - b["hits"] for p, b in zip(ports, before))
+print(f"   all: hit rate {hits / n:.2f} (one server on this workload: {(n - k) / n:.2f})")
+sys.exit(0 if ok == n else 1)
+PY
+echo "== stopping HAProxy and the replicas (SIGTERM by pid)"
