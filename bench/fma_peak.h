@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <ctime>
 #include <thread>
 #include <vector>
 
@@ -17,21 +18,41 @@
 
 namespace kev::bench {
 
+// wall: FLOP per wall second; cpu: FLOP per CPU second of the threads that ran (what the
+// cores did when they were ours; the figure to hold a kernel against on a shared machine).
+struct Peak {
+  double wall = 0, cpu = 0;
+};
+
 namespace detail {
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// CPU seconds of the calling thread / of the process: on a shared machine a run that was
+// descheduled part of the time still reports the speed of the cycles it actually got.
+inline double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+inline double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // 12 zmm chains (latency 4 x 2 pipes = 8 needed; 12 leaves slack).
-__attribute__((target("avx512f"))) inline double peak_avx512_one_core(long iters) {
+__attribute__((target("avx512f"))) inline Peak peak_avx512_one_core(long iters) {
   __m512 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(0.5f + static_cast<float>(i));
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.0001f);
   auto t0 = std::chrono::steady_clock::now();
+  double c0 = thread_cpu_seconds();
   for (long n = 0; n < iters; ++n)
     for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  double s = seconds_since(t0);
+  double s = seconds_since(t0), c = thread_cpu_seconds() - c0;
   alignas(64) float lanes[16];
   float sink = 0;
   for (int i = 0; i < 12; ++i) {
@@ -40,18 +61,20 @@ __attribute__((target("avx512f"))) inline double peak_avx512_one_core(long iters
   }
   volatile float keep = sink;
   (void)keep;
-  return static_cast<double>(iters) * 12 * 16 * 2 / s / 1e9;
+  const double gflop = static_cast<double>(iters) * 12 * 16 * 2 / 1e9;
+  return {gflop / s, gflop / c};
 }
 
 // 12 ymm chains.
-__attribute__((target("avx2,fma"))) inline double peak_avx2_one_core(long iters) {
+__attribute__((target("avx2,fma"))) inline Peak peak_avx2_one_core(long iters) {
   __m256 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.5f + static_cast<float>(i));
   const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.0001f);
   auto t0 = std::chrono::steady_clock::now();
+  double c0 = thread_cpu_seconds();
   for (long n = 0; n < iters; ++n)
     for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  double s = seconds_since(t0);
+  double s = seconds_since(t0), c = thread_cpu_seconds() - c0;
   alignas(32) float lanes[8];
   float sink = 0;
   for (int i = 0; i < 12; ++i) {
@@ -60,39 +83,45 @@ __attribute__((target("avx2,fma"))) inline double peak_avx2_one_core(long iters)
   }
   volatile float keep = sink;
   (void)keep;
-  return static_cast<double>(iters) * 12 * 8 * 2 / s / 1e9;
+  const double gflop = static_cast<double>(iters) * 12 * 8 * 2 / 1e9;
+  return {gflop / s, gflop / c};
 }
 
 // Scalar: the scalar GEMM path's own arithmetic (one std::fma per step) on 12 chains.
-inline double peak_scalar_one_core(long iters) {
+inline Peak peak_scalar_one_core(long iters) {
   volatile float seed = 0.999f;
   float acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = 0.5f + static_cast<float>(i);
   const float a = seed, b = 0.0001f;
   auto t0 = std::chrono::steady_clock::now();
+  double c0 = thread_cpu_seconds();
   for (long n = 0; n < iters; ++n)
     for (int i = 0; i < 12; ++i) acc[i] = std::fma(acc[i], a, b);
-  double s = seconds_since(t0);
+  double s = seconds_since(t0), c = thread_cpu_seconds() - c0;
   float sink = 0;
   for (float v : acc) sink += v;
   volatile float keep = sink;
   (void)keep;
-  return static_cast<double>(iters) * 12 * 2 / s / 1e9;
+  const double gflop = static_cast<double>(iters) * 12 * 2 / 1e9;
+  return {gflop / s, gflop / c};
 }
 
-inline double peak_one_core(GemmIsa isa) {
-  double best = 0;
+inline Peak peak_one_core(GemmIsa isa) {
+  Peak best;
   for (int t = 0; t < 3; ++t) {
+    Peak p;
     switch (isa) {
       case GemmIsa::kAvx512:
-        best = std::max(best, peak_avx512_one_core(20'000'000));
+        p = peak_avx512_one_core(20'000'000);
         break;
       case GemmIsa::kAvx2:
-        best = std::max(best, peak_avx2_one_core(20'000'000));
+        p = peak_avx2_one_core(20'000'000);
         break;
       default:
-        best = std::max(best, peak_scalar_one_core(20'000'000));
+        p = peak_scalar_one_core(20'000'000);
     }
+    best.wall = std::max(best.wall, p.wall);
+    best.cpu = std::max(best.cpu, p.cpu);
   }
   return best;
 }
@@ -100,16 +129,16 @@ inline double peak_one_core(GemmIsa isa) {
 }  // namespace detail
 
 // GFLOP/s of FP32 FMAs with `isa`'s widest vector on `threads` cores at once (sum over cores).
-// Returns 0 where the CPU lacks the ISA.
-inline double fma_peak_gflops(GemmIsa isa, size_t threads) {
-  if (!gemm_isa_supported(isa)) return 0;
-  std::vector<double> r(threads);
+// Zero where the CPU lacks the ISA.
+inline Peak fma_peak_gflops(GemmIsa isa, size_t threads) {
+  if (!gemm_isa_supported(isa)) return {};
+  std::vector<Peak> r(threads);
   std::vector<std::thread> ts;
   for (size_t t = 0; t < threads; ++t)
     ts.emplace_back([&, t] { r[t] = detail::peak_one_core(isa); });
   for (auto& t : ts) t.join();
-  double sum = 0;
-  for (double v : r) sum += v;
+  Peak sum;
+  for (const Peak& p : r) sum.wall += p.wall, sum.cpu += p.cpu;
   return sum;
 }
 
