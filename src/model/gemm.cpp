@@ -463,29 +463,36 @@ void gemm_bf16_isa(GemmIsa isa, const float* x, int64_t rows, int64_t ldx, const
   per = std::max<int64_t>(plan.nr * 4, (per + plan.nr - 1) / plan.nr * plan.nr);
   int64_t count = (w.rows + per - 1) / per;
   if (isa == GemmIsa::kAvx2 && rows >= kPackMinRows && w.rows >= kPackMinCols) {
-    // Pack the activations once (shared by all threads), then split outputs in multiples of 16.
-    const int64_t k_total = w.cols, tiles = (rows + kLmMr - 1) / kLmMr;
+    // Pack the activations of up to kLmRowChunk rows at a time (shared by all threads; bounds
+    // the pack at 768 x K floats, 28 MB at K = 9216), then split outputs in multiples of 16.
+    constexpr int64_t kLmRowChunk = 128 * kLmMr;
+    const int64_t k_total = w.cols;
     thread_local std::vector<float> xp;
-    if (xp.size() < static_cast<size_t>(tiles * kLmMr * k_total))
-      xp.resize(static_cast<size_t>(tiles * kLmMr * k_total));
-    float* xpd = xp.data();
-    parallel_for(
-        static_cast<size_t>(tiles),
-        [&](size_t t) {
-          const int64_t m0 = static_cast<int64_t>(t) * kLmMr;
-          lm_pack_rows(x, rows, ldx, k_total, m0, xpd + m0 * k_total);
-        },
-        threads);
     int64_t per_lm = (w.rows + chunks - 1) / chunks;
     per_lm = std::max<int64_t>(kLmNr, (per_lm + kLmNr - 1) / kLmNr * kLmNr);
     const int64_t count_lm = (w.rows + per_lm - 1) / per_lm;
-    parallel_for(
-        static_cast<size_t>(count_lm),
-        [&](size_t c) {
-          int64_t n0 = static_cast<int64_t>(c) * per_lm;
-          run_range_lane_major(xpd, rows, w, y, ldy, n0, std::min(w.rows, n0 + per_lm));
-        },
-        threads);
+    for (int64_t r0 = 0; r0 < rows; r0 += kLmRowChunk) {
+      const int64_t rn = std::min(kLmRowChunk, rows - r0), tiles = (rn + kLmMr - 1) / kLmMr;
+      if (xp.size() < static_cast<size_t>(tiles * kLmMr * k_total))
+        xp.resize(static_cast<size_t>(tiles * kLmMr * k_total));
+      float* xpd = xp.data();
+      const float* xc = x + r0 * ldx;
+      float* yc = y + r0 * ldy;
+      parallel_for(
+          static_cast<size_t>(tiles),
+          [&](size_t t) {
+            const int64_t m0 = static_cast<int64_t>(t) * kLmMr;
+            lm_pack_rows(xc, rn, ldx, k_total, m0, xpd + m0 * k_total);
+          },
+          threads);
+      parallel_for(
+          static_cast<size_t>(count_lm),
+          [&](size_t c) {
+            int64_t n0 = static_cast<int64_t>(c) * per_lm;
+            run_range_lane_major(xpd, rn, w, yc, ldy, n0, std::min(w.rows, n0 + per_lm));
+          },
+          threads);
+    }
     return;
   }
   if (count <= 1 || threads <= 1) {

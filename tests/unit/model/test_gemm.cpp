@@ -115,8 +115,9 @@ std::vector<float> contract_order(const Problem& p) {
 // Prefill-sized batches (the AVX2 path packs activations and weights lane by lane and runs a
 // 6-row x 16-output tile once a batch has >= 6 rows and >= 64 outputs): rows and outputs not
 // multiples of the tile, K with a tail that is not a multiple of 16, K < 16 (lanes that get no
-// product), very long K, and a 5-row batch (direct kernel). Every ISA, thread count, and a row
-// alone (which takes the direct path) must give the contract's bits.
+// product), very long K, a 5-row batch (direct kernel) and a batch over several activation
+// packs (768 rows each). Every ISA, thread count, and a row alone (which takes the direct path)
+// must give the contract's bits.
 TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
   for (auto [m, k, n] : {std::tuple{20, 1100, 131},
                          {6, 2085, 64},
@@ -124,7 +125,8 @@ TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
                          {5, 600, 80},
                          {33, 4099, 77},
                          {12, 5, 65},
-                         {8, 9231, 96}}) {
+                         {8, 9231, 96},
+                         {1543, 40, 70}}) {
     Problem p = make(m, k, n, static_cast<unsigned>(m * 7 + k));
     std::vector<float> want = contract_order(p);
     for (GemmIsa isa : isas())
