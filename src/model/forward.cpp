@@ -256,11 +256,10 @@ class Runner {
             }
             float* o = ao + t * nh * hd + hh * hd;
             std::fill(o, o + hd, 0.0f);
-            for (int64_t j = 0; j < n; ++j) {
-              const float* v = j < past ? in.v.data() + j * kv_w + g * hd
-                                        : vb + (s.offset + j - past) * kv_w + g * hd;
-              vec::axpy(o, p[z(j)] / sum, v, hd);
-            }
+            for (int64_t j = 0; j < n; ++j) p[z(j)] = p[z(j)] / sum;
+            // o += p_j v_j over the cached rows, then this segment's (each in key order).
+            if (past > 0) vec::axpy_rows(o, p.data(), in.v.data() + g * hd, kv_w, past, hd);
+            vec::axpy_rows(o, p.data() + past, vb + s.offset * kv_w + g * hd, kv_w, i + 1, hd);
             const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
             for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
           }

@@ -36,6 +36,35 @@ KEV_CLONES void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// y[d] += a[r] * x[r * ld + d] for r = 0, 1, ... in order: the repeated axpy, with a block of
+// 64 outputs held in a fixed-size local across all rows (one load / store of y per block, not
+// per row). Same operations per element in the same order.
+template <int64_t B>
+__attribute__((always_inline)) inline void axpy_rows_block(float* y, const float* a, const float* x,
+                                                           int64_t ld, int64_t rows, int64_t w) {
+  const int64_t n = B > 0 ? B : w;
+  float acc[B > 0 ? B : 1];
+  float* yd = B > 0 ? acc : y;
+  if (B > 0)
+    for (int64_t d = 0; d < n; ++d) acc[d] = y[d];
+  for (int64_t r = 0; r < rows; ++r) {
+    const float ar = a[r];
+    const float* xr = x + r * ld;
+    for (int64_t d = 0; d < n; ++d) yd[d] += ar * xr[d];
+  }
+  if (B > 0)
+    for (int64_t d = 0; d < n; ++d) y[d] = acc[d];
+}
+
+KEV_CLONES void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows,
+                          int64_t n) {
+  constexpr int64_t kBlock = 64;
+  int64_t d0 = 0;
+  for (; d0 + kBlock <= n; d0 += kBlock)
+    axpy_rows_block<kBlock>(y + d0, a, x + d0, ld, rows, kBlock);
+  if (d0 < n) axpy_rows_block<0>(y + d0, a, x + d0, ld, rows, n - d0);
+}
+
 KEV_CLONES void scale(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }

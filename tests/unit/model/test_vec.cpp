@@ -2,7 +2,9 @@
 // over the state, the order the header states), bitwise, over several steps and shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "model/vec.h"
@@ -57,6 +59,33 @@ TEST(Vec, GdnStepMatchesPlainUpdateBitwise) {
       ASSERT_EQ(o, o_want) << "dk=" << dk << " dv=" << dv << " step " << step;
       ASSERT_EQ(s, want) << "dk=" << dk << " dv=" << dv << " step " << step;
     }
+  }
+}
+
+// axpy_rows is the repeated axpy: y += a_0 x_0, then y += a_1 x_1, ... (one multiply and one
+// add per element per row, in row order), written out plainly here.
+TEST(Vec, AxpyRowsMatchesRepeatedUpdateBitwise) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (auto [rows, n, ld] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 256},
+                             {37, 256, 1024},
+                             {5, 70, 80},
+                             {0, 64, 64},
+                             {9, 7, 7}}) {
+    std::vector<float> x(static_cast<size_t>(std::max<int64_t>(rows, 1) * ld)),
+        a(static_cast<size_t>(rows + 1));
+    for (auto& e : x) e = d(rng);
+    for (auto& e : a) e = d(rng);
+    std::vector<float> y(static_cast<size_t>(n)), want;
+    for (auto& e : y) e = d(rng);
+    want = y;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        float p = a[static_cast<size_t>(r)] * x[static_cast<size_t>(r * ld + j)];
+        want[static_cast<size_t>(j)] = want[static_cast<size_t>(j)] + p;
+      }
+    vec::axpy_rows(y.data(), a.data(), x.data(), ld, rows, n);
+    ASSERT_EQ(y, want) << "rows=" << rows << " n=" << n;
   }
 }
 
