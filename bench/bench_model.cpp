@@ -1,20 +1,21 @@
 // Backbone benchmark: prefill of a state and of rows continuing from it, plus GEMM throughput
 // on the model's real shapes against the machine's measured peak (an FMA register loop) and
 // OpenBLAS sgemm on FP32 copies of the same weights (loaded with dlopen, so no build change).
+// The peak is measured for the GEMM's own ISA (bench/fma_peak.h): no AVX-512 code runs on a
+// CPU without it.
 //
 // Usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] [--gdn chunked]
 // Prints one JSON object on stdout.
 #include <dlfcn.h>
-#include <immintrin.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "fma_peak.h"
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
 #include "kev/model/gemm.h"
@@ -25,36 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 static double secs(Clock::time_point a) {
   return std::chrono::duration<double>(Clock::now() - a).count();
-}
-
-// Peak FP32 FMA throughput of one core: 8 independent zmm FMA chains.
-__attribute__((target("avx512f"))) static double fma_peak_one_core() {
-  __m512 acc[8];
-  for (int i = 0; i < 8; ++i) acc[i] = _mm512_set1_ps(0.5f + i);
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.0001f);
-  const long iters = 50'000'000;
-  auto t0 = Clock::now();
-  for (long n = 0; n < iters; ++n)
-    for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  double s = secs(t0);
-  alignas(64) float lanes[16];
-  float sink = 0;
-  for (int i = 0; i < 8; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
-    sink += lanes[0];
-  }
-  if (sink == 12345.0f) std::puts("");
-  return iters * 8.0 * 16 * 2 / s / 1e9;
-}
-
-static double fma_peak_all_cores(size_t threads) {
-  std::vector<double> r(threads);
-  std::vector<std::thread> ts;
-  for (size_t t = 0; t < threads; ++t) ts.emplace_back([&, t] { r[t] = fma_peak_one_core(); });
-  for (auto& t : ts) t.join();
-  double sum = 0;
-  for (double v : r) sum += v;
-  return sum;
 }
 
 using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
@@ -91,8 +62,9 @@ int main(int argc, char** argv) {
   // Warm the page cache / mapping once (first touch of the mmap).
   model->run_rows(model->empty_state(), {RowRequest{{1, 2, 3, 4}, {}, {}}});
   auto t0 = Clock::now();
+  double c0 = bench::detail::process_cpu_seconds();
   PrefixState st = model->extend(model->empty_state(), state_ids);
-  double prefill_s = secs(t0);
+  double prefill_s = secs(t0), prefill_cpu_s = bench::detail::process_cpu_seconds() - c0;
   t0 = Clock::now();
   auto res = model->run_rows(st, rows);
   double rows_s = secs(t0);
@@ -116,9 +88,12 @@ int main(int argc, char** argv) {
   for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
   gemm_bf16(x.data(), m, k, l0.up, y.data(), n);
   t0 = Clock::now();
+  c0 = bench::detail::process_cpu_seconds();
   const int reps = 5;
   for (int r = 0; r < reps; ++r) gemm_bf16(x.data(), m, k, l0.up, y.data(), n);
   double gemm_gflops = reps * 2.0 * m * k * n / secs(t0) / 1e9;
+  double gemm_cpu_gflops =
+      reps * 2.0 * m * k * n / (bench::detail::process_cpu_seconds() - c0) / 1e9;
 
   double blas_gflops = -1;
   if (void* h = dlopen("libopenblas.so.0", RTLD_NOW)) {
@@ -139,19 +114,22 @@ int main(int argc, char** argv) {
       blas_gflops = reps * 2.0 * m * k * n / secs(t0) / 1e9;
     }
   }
-  double peak = fma_peak_all_cores(default_workers());
+  // The peak of the ISA the GEMM runs with (an AVX2 machine gets the AVX2 probe).
+  bench::Peak peak = bench::fma_peak_gflops(best_gemm_isa(), default_workers());
   std::printf(
       "{\"isa\": \"%s\", \"threads\": %zu, \"load_s\": %.3f, \"state_tokens\": %lld, "
       "\"prefill_s\": %.4f, "
-      "\"prefill_tok_s\": %.2f, \"rows\": %lld, \"row_tokens\": %lld, \"rows_s\": %.4f, "
+      "\"prefill_tok_s\": %.2f, \"prefill_cpu_s\": %.4f, \"rows\": %lld, \"row_tokens\": %lld, "
+      "\"rows_s\": %.4f, "
       "\"rows_tok_s\": %.2f, "
       "\"matrix_gflop_per_token\": %.4f, \"prefill_gflops\": %.2f, \"rows_gflops\": %.2f, "
-      "\"gemm_shape\": [%lld, %lld, %lld], \"gemm_gflops\": %.2f, \"openblas_sgemm_gflops\": %.2f, "
-      "\"fma_peak_gflops\": %.2f}\n",
+      "\"gemm_shape\": [%lld, %lld, %lld], \"gemm_gflops\": %.2f, \"gemm_cpu_gflops\": %.2f, "
+      "\"openblas_sgemm_gflops\": %.2f, "
+      "\"fma_peak_gflops\": %.2f, \"fma_peak_cpu_gflops\": %.2f}\n",
       isa_name(best_gemm_isa()), default_workers(), load_s, (long long)state_n, prefill_s,
-      state_n / prefill_s, (long long)rows_n, (long long)row_len, rows_s, rows_n * row_len / rows_s,
-      flop_tok / 1e9, flop_tok * state_n / prefill_s / 1e9,
+      state_n / prefill_s, prefill_cpu_s, (long long)rows_n, (long long)row_len, rows_s,
+      rows_n * row_len / rows_s, flop_tok / 1e9, flop_tok * state_n / prefill_s / 1e9,
       flop_tok * rows_n * row_len / rows_s / 1e9, (long long)m, (long long)k, (long long)n,
-      gemm_gflops, blas_gflops, peak);
+      gemm_gflops, gemm_cpu_gflops, blas_gflops, peak.wall, peak.cpu);
   return res.empty() ? 1 : 0;
 }

@@ -38,6 +38,10 @@ def main():
                       "ratio_prefill": round(native["prefill_tok_s"] / torch_tok_s, 2),
                       "ratio_rows_vs_torch_prefill_rate": round(native["rows_tok_s"] / torch_tok_s, 2),
                       "gemm_fraction_of_fma_peak": round(native["gemm_gflops"] / native["fma_peak_gflops"], 3),
+                      # per CPU-second of the threads that ran: robust to other load on the machine
+                      "prefill_fraction_of_peak_cpu": round(
+                          native["matrix_gflop_per_token"] * state / native["prefill_cpu_s"]
+                          / (native["fma_peak_cpu_gflops"] / native["threads"]), 3),
                       "gemm_vs_openblas": round(native["gemm_gflops"] / native["openblas_sgemm_gflops"], 3)}))
 
 

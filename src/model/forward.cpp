@@ -256,11 +256,10 @@ class Runner {
             }
             float* o = ao + t * nh * hd + hh * hd;
             std::fill(o, o + hd, 0.0f);
-            for (int64_t j = 0; j < n; ++j) {
-              const float* v = j < past ? in.v.data() + j * kv_w + g * hd
-                                        : vb + (s.offset + j - past) * kv_w + g * hd;
-              vec::axpy(o, p[z(j)] / sum, v, hd);
-            }
+            for (int64_t j = 0; j < n; ++j) p[z(j)] = p[z(j)] / sum;
+            // o += p_j v_j over the cached rows, then this segment's (each in key order).
+            if (past > 0) vec::axpy_rows(o, p.data(), in.v.data() + g * hd, kv_w, past, hd);
+            vec::axpy_rows(o, p.data() + past, vb + s.offset * kv_w + g * hd, kv_w, i + 1, hd);
             const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
             for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
           }
@@ -294,7 +293,7 @@ class Runner {
     const int64_t hist = kk - 1;
     const bool has_hist = !in.conv.empty();
     // Causal depthwise conv over (history, segment) then SiLU; rows independent per segment.
-    const int64_t cblock = 256;
+    constexpr int64_t cblock = 256, kMaxConvTaps = 8;
     const int64_t nblocks = (cd + cblock - 1) / cblock;
     parallel_for(
         segs.size() * z(nblocks),
@@ -302,6 +301,29 @@ class Runner {
           const Segment& s = segs[task / z(nblocks)];
           const int64_t c0 = static_cast<int64_t>(task % z(nblocks)) * cblock;
           const int64_t c1 = std::min(cd, c0 + cblock);
+          if (kk <= kMaxConvTaps) {
+            // Channel-vectorisable form: per token, out = 0, then out += w_j * x_j for taps
+            // j = 0..K-1 in order (one rounding per multiply and per add, as below), then SiLU.
+            const int64_t n = c1 - c0;
+            float wt[kMaxConvTaps][cblock];
+            float zero[cblock] = {};
+            for (int64_t j = 0; j < kk; ++j)
+              for (int64_t ch = 0; ch < n; ++ch) wt[j][ch] = gw.conv[z((c0 + ch) * kk + j)];
+            for (int64_t i = 0; i < s.len; ++i) {
+              float* out = conv + (s.offset + i) * cd + c0;
+              for (int64_t ch = 0; ch < n; ++ch) out[ch] = 0.0f;
+              for (int64_t j = 0; j < kk; ++j) {
+                const int64_t src = i - hist + j;  // index into the segment; < 0 means history
+                const float* xr = src >= 0   ? raw + (s.offset + src) * cd + c0
+                                  : has_hist ? in.conv.data() + (hist + src) * cd + c0
+                                             : zero;
+                const float* wj = wt[j];
+                for (int64_t ch = 0; ch < n; ++ch) out[ch] += wj[ch] * xr[ch];
+              }
+              for (int64_t ch = 0; ch < n; ++ch) out[ch] = silu(out[ch]);
+            }
+            return;
+          }
           for (int64_t i = 0; i < s.len; ++i) {
             const int64_t t = s.offset + i;
             for (int64_t ch = c0; ch < c1; ++ch) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kev/core/error.h"
 #include "kev/core/threads.h"
@@ -106,6 +107,146 @@ KEV_AVX2 void kernel_avx2(const float* x, int64_t ldx, const uint16_t* w, int64_
       _mm256_store_ps(lanes, lo[i][j]);
       _mm256_store_ps(lanes + 8, hi[i][j]);
       y[i * ldy + j] = reduce16(lanes);
+    }
+}
+
+// ---- AVX2, lane-major packed: prefill-sized batches ----
+// Lane l of an output is the dot product over k = l, l+16, ... of length d_l = ceil((K - l) /
+// 16), accumulated in ascending k with one FMA per step. So the batch product is 16 ordinary
+// GEMMs of depth d_l whose results are kept apart and then added in the fixed tree. Done that
+// way, a GEMM can use the broadcast form (one activation broadcast times 8 outputs' weights)
+// and a 6-row x 16-output register tile: per step 2 weight loads + 6 broadcasts feed 12 FMAs,
+// against 10 loads per 12 FMAs for the dot form. Activations are packed once per call, lane by
+// lane, 6 rows interleaved ([tile][lane][step][6]); weights per 16 outputs ([lane][step][16],
+// BF16 widened to FP32 once and reused by every row tile of the batch). Rows and outputs past
+// the edge are zero-padded in the packs and never written back. Every lane still sees exactly
+// its own products in ascending k, and the tree is the same: results are bit-identical to the
+// other paths.
+constexpr int kLmMr = 6, kLmNr = 16;
+
+inline int64_t lane_depth(int64_t k_total, int l) {
+  return k_total > l ? (k_total - l + kLanes - 1) / kLanes : 0;
+}
+
+// c[r * 16 + j] = lane sum of row r, output j over `depth` steps of a (6 floats / step) and
+// b (16 floats / step).
+KEV_AVX2 void lm_micro(const float* a, const float* b, int64_t depth, float* c) {
+  // Twelve named accumulators: GCC 12 keeps an accumulator array in memory here (a store per
+  // FMA), which halves the speed.
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int64_t s = 0; s < depth; ++s, a += kLmMr, b += kLmNr) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 av = _mm256_broadcast_ss(a);
+    c00 = _mm256_fmadd_ps(av, b0, c00);
+    c01 = _mm256_fmadd_ps(av, b1, c01);
+    av = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(av, b0, c10);
+    c11 = _mm256_fmadd_ps(av, b1, c11);
+    av = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(av, b0, c20);
+    c21 = _mm256_fmadd_ps(av, b1, c21);
+    av = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(av, b0, c30);
+    c31 = _mm256_fmadd_ps(av, b1, c31);
+    av = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(av, b0, c40);
+    c41 = _mm256_fmadd_ps(av, b1, c41);
+    av = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(av, b0, c50);
+    c51 = _mm256_fmadd_ps(av, b1, c51);
+  }
+  const __m256 out[kLmMr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                                {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int r = 0; r < kLmMr; ++r) {
+    _mm256_storeu_ps(c + r * kLmNr, out[r][0]);
+    _mm256_storeu_ps(c + r * kLmNr + 8, out[r][1]);
+  }
+}
+
+// The fixed tree over 16 lane blocks of 96 sums (lanes[l * 96 + i]), 8 outputs at a time;
+// writes rows < mr, outputs < nr of the tile.
+KEV_AVX2 void lm_reduce(const float* lanes, int mr, int nr, float* y, int64_t ldy) {
+  constexpr int kTile = kLmMr * kLmNr;
+  alignas(32) float out[kTile];
+  for (int i = 0; i < kTile; i += 8) {
+    __m256 t[8], u[4], v[2];
+    for (int l = 0; l < 8; ++l)
+      t[l] = _mm256_add_ps(_mm256_loadu_ps(lanes + l * kTile + i),
+                           _mm256_loadu_ps(lanes + (l + 8) * kTile + i));
+    for (int l = 0; l < 4; ++l) u[l] = _mm256_add_ps(t[l], t[l + 4]);
+    for (int l = 0; l < 2; ++l) v[l] = _mm256_add_ps(u[l], u[l + 2]);
+    _mm256_store_ps(out + i, _mm256_add_ps(v[0], v[1]));
+  }
+  for (int r = 0; r < mr; ++r) {
+    if (nr == kLmNr) {
+      _mm256_storeu_ps(y + r * ldy, _mm256_load_ps(out + r * kLmNr));
+      _mm256_storeu_ps(y + r * ldy + 8, _mm256_load_ps(out + r * kLmNr + 8));
+    } else {
+      for (int j = 0; j < nr; ++j) y[r * ldy + j] = out[r * kLmNr + j];
+    }
+  }
+}
+
+// Activation rows [m0, m0 + 6) -> [lane][step][6] (rows past `rows` are zeros).
+void lm_pack_rows(const float* x, int64_t rows, int64_t ldx, int64_t k_total, int64_t m0,
+                  float* out) {
+  for (int l = 0; l < kLanes; ++l) {
+    const int64_t d = lane_depth(k_total, l);
+    for (int64_t s = 0; s < d; ++s)
+      for (int r = 0; r < kLmMr; ++r)
+        out[s * kLmMr + r] = m0 + r < rows ? x[(m0 + r) * ldx + l + s * kLanes] : 0.0f;
+    out += d * kLmMr;
+  }
+}
+
+// In-register 8x8 transpose: afterwards r[i][j] is the old r[j][i].
+KEV_AVX2 inline void transpose8(__m256 (&r)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Weight rows [n, n + nr) (nr <= 16) -> [lane][step][16] FP32 (outputs past nr are zeros).
+// Whole 16-wide K steps go through 8x8 register transposes; the last partial step is scalar.
+KEV_AVX2 void lm_pack_weights(const uint16_t* w, int64_t k_total, int nr, float* out) {
+  int64_t off[kLanes];
+  for (int l = 0, o = 0; l < kLanes; ++l) {
+    off[l] = o;
+    o += static_cast<int>(lane_depth(k_total, l) * kLmNr);
+  }
+  const int64_t full = k_total / kLanes;
+  for (int64_t s = 0; s < full; ++s)
+    for (int j0 = 0; j0 < kLmNr; j0 += 8)
+      for (int l0 = 0; l0 < kLanes; l0 += 8) {
+        __m256 r[8];
+        for (int j = 0; j < 8; ++j)
+          r[j] =
+              j0 + j < nr ? widen8(w + (j0 + j) * k_total + s * kLanes + l0) : _mm256_setzero_ps();
+        transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + off[l0 + i] + s * kLmNr + j0, r[i]);
+      }
+  for (int l = 0; l < k_total - full * kLanes; ++l)
+    for (int j = 0; j < kLmNr; ++j) {
+      uint32_t u = 0;
+      if (j < nr) {
+        uint16_t h;
+        std::memcpy(&h, w + j * k_total + full * kLanes + l, 2);
+        u = static_cast<uint32_t>(h) << 16;
+      }
+      std::memcpy(out + off[l] + full * kLmNr + j, &u, 4);
     }
 }
 
@@ -222,6 +363,54 @@ void run_range(const IsaPlan& plan, const float* x, int64_t rows, int64_t ldx, c
   }
 }
 
+// Batches of at least this many rows and outputs take the lane-major AVX2 path; below that
+// packing would not pay for itself and the direct kernel runs.
+constexpr int64_t kPackMinRows = 6, kPackMinCols = 64;
+
+// One thread's outputs [n0, n1) from the packed activations (tiles of 6 rows x K floats).
+void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, float* y, int64_t ldy,
+                          int64_t n0, int64_t n1) {
+  const int64_t k_total = w.cols;
+  int64_t off[kLanes + 1] = {0};
+  for (int l = 0; l < kLanes; ++l) off[l + 1] = off[l] + lane_depth(k_total, l);
+  // Outputs go in groups of up to kGroup x 16 (weights packed per 16, [lane][step][16] each).
+  // A block of row tiles walks the lanes; within a lane, each tile's activations for that lane
+  // (6 x d_l floats, L1) meet the lane's weights of every 16 outputs of the group (L2), so the
+  // packed activations stream from memory once per group rather than once per 16 outputs. The
+  // block's lane sums wait in `lanes` (6 KiB per tile and 16 outputs) until the tree.
+  constexpr int64_t kGroup = 4, kTilesPerBlock = 4, kTileSums = kLmMr * kLmNr;
+  thread_local std::vector<float> wp, lanes;
+  if (wp.size() < static_cast<size_t>(kGroup * kLmNr * k_total))
+    wp.resize(static_cast<size_t>(kGroup * kLmNr * k_total));
+  lanes.resize(static_cast<size_t>(kTilesPerBlock * kGroup * kLanes * kTileSums));
+  const int64_t tiles = (rows + kLmMr - 1) / kLmMr;
+  for (int64_t g0 = n0; g0 < n1; g0 += kGroup * kLmNr) {
+    const int64_t groups = std::min<int64_t>(kGroup, (n1 - g0 + kLmNr - 1) / kLmNr);
+    for (int64_t b = 0; b < groups; ++b) {
+      const int nr = static_cast<int>(std::min<int64_t>(kLmNr, n1 - g0 - b * kLmNr));
+      lm_pack_weights(w.data + (g0 + b * kLmNr) * k_total, k_total, nr,
+                      wp.data() + b * kLmNr * k_total);
+    }
+    for (int64_t t0 = 0; t0 < tiles; t0 += kTilesPerBlock) {
+      const int64_t t1 = std::min(tiles, t0 + kTilesPerBlock);
+      for (int l = 0; l < kLanes; ++l)
+        for (int64_t t = t0; t < t1; ++t)
+          for (int64_t b = 0; b < groups; ++b)
+            lm_micro(xp + t * kLmMr * k_total + off[l] * kLmMr,
+                     wp.data() + b * kLmNr * k_total + off[l] * kLmNr, off[l + 1] - off[l],
+                     lanes.data() + (((t - t0) * kGroup + b) * kLanes + l) * kTileSums);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int mr = static_cast<int>(std::min<int64_t>(kLmMr, rows - t * kLmMr));
+        for (int64_t b = 0; b < groups; ++b) {
+          const int nr = static_cast<int>(std::min<int64_t>(kLmNr, n1 - g0 - b * kLmNr));
+          lm_reduce(lanes.data() + ((t - t0) * kGroup + b) * kLanes * kTileSums, mr, nr,
+                    y + t * kLmMr * ldy + g0 + b * kLmNr, ldy);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Isa best_gemm_isa() {
@@ -242,6 +431,39 @@ void gemm_bf16_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Bf1
   int64_t per = (w.rows + chunks - 1) / chunks;
   per = std::max<int64_t>(plan.nr * 4, (per + plan.nr - 1) / plan.nr * plan.nr);
   int64_t count = (w.rows + per - 1) / per;
+  if (isa == Isa::kAvx2 && rows >= kPackMinRows && w.rows >= kPackMinCols) {
+    // Pack the activations of up to kLmRowChunk rows at a time (shared by all threads; bounds
+    // the pack at 768 x K floats, 28 MB at K = 9216), then split outputs in multiples of 16.
+    constexpr int64_t kLmRowChunk = 128 * kLmMr;
+    const int64_t k_total = w.cols;
+    thread_local std::vector<float> xp;
+    int64_t per_lm = (w.rows + chunks - 1) / chunks;
+    per_lm = std::max<int64_t>(kLmNr, (per_lm + kLmNr - 1) / kLmNr * kLmNr);
+    const int64_t count_lm = (w.rows + per_lm - 1) / per_lm;
+    for (int64_t r0 = 0; r0 < rows; r0 += kLmRowChunk) {
+      const int64_t rn = std::min(kLmRowChunk, rows - r0), tiles = (rn + kLmMr - 1) / kLmMr;
+      if (xp.size() < static_cast<size_t>(tiles * kLmMr * k_total))
+        xp.resize(static_cast<size_t>(tiles * kLmMr * k_total));
+      float* xpd = xp.data();
+      const float* xc = x + r0 * ldx;
+      float* yc = y + r0 * ldy;
+      parallel_for(
+          static_cast<size_t>(tiles),
+          [&](size_t t) {
+            const int64_t m0 = static_cast<int64_t>(t) * kLmMr;
+            lm_pack_rows(xc, rn, ldx, k_total, m0, xpd + m0 * k_total);
+          },
+          threads);
+      parallel_for(
+          static_cast<size_t>(count_lm),
+          [&](size_t c) {
+            int64_t n0 = static_cast<int64_t>(c) * per_lm;
+            run_range_lane_major(xpd, rn, w, yc, ldy, n0, std::min(w.rows, n0 + per_lm));
+          },
+          threads);
+    }
+    return;
+  }
   if (count <= 1 || threads <= 1) {
     run_range(plan, x, rows, ldx, w, y, ldy, 0, w.rows);
     return;

@@ -12,7 +12,9 @@ namespace kev::vec {
 float dot(const float* a, const float* b, int64_t n);
 float sum_sq(const float* a, int64_t n);
 void axpy(float* y, float a, const float* x, int64_t n);  // y += a * x
-void scale(float* y, float a, int64_t n);                 // y *= a
+// y += a[r] * x_r for rows x_r = x + r * ld, r = 0 .. rows-1 in order (the repeated axpy).
+void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n);
+void scale(float* y, float a, int64_t n);  // y *= a
 
 // One recurrent gated-delta step on a state S[dk x dv] (row-major, row i = key dim i):
 //   S *= eg; m = S^T k; delta = beta (v - m); S += k delta^T; o = S^T q.

@@ -94,5 +94,78 @@ TEST(Gemm, UnalignedWeightsAndStrides) {
   }
 }
 
+// The order gemm.h promises, written out independently of src/model/gemm.cpp: 16 lane sums,
+// lane l taking k = l, l+16, ... by one fused multiply-add each, then the fixed tree.
+std::vector<float> contract_order(const Problem& p) {
+  std::vector<float> y(static_cast<size_t>(p.m * p.n));
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      float lane[16] = {};
+      for (int64_t t = 0; t < p.k; ++t)
+        lane[t % 16] = std::fma(p.x[i * p.k + t], bf16_to_f32(p.w[j * p.k + t]), lane[t % 16]);
+      float a[8], b[4], c[2];
+      for (int l = 0; l < 8; ++l) a[l] = lane[l] + lane[l + 8];
+      for (int l = 0; l < 4; ++l) b[l] = a[l] + a[l + 4];
+      for (int l = 0; l < 2; ++l) c[l] = b[l] + b[l + 2];
+      y[i * p.n + j] = c[0] + c[1];
+    }
+  return y;
+}
+
+// Prefill-sized batches (the AVX2 path packs activations and weights lane by lane and runs a
+// 6-row x 16-output tile once a batch has >= 6 rows and >= 64 outputs): rows and outputs not
+// multiples of the tile, K with a tail that is not a multiple of 16, K < 16 (lanes that get no
+// product), very long K, a 5-row batch (direct kernel) and a batch over several activation
+// packs (768 rows each). Every ISA, thread count, and a row alone (which takes the direct path)
+// must give the contract's bits.
+TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
+  for (auto [m, k, n] : {std::tuple{20, 1100, 131},
+                         {6, 2085, 64},
+                         {7, 16, 70},
+                         {5, 600, 80},
+                         {33, 4099, 77},
+                         {12, 5, 65},
+                         {8, 9231, 96},
+                         {1543, 40, 70}}) {
+    Problem p = make(m, k, n, static_cast<unsigned>(m * 7 + k));
+    std::vector<float> want = contract_order(p);
+    for (Isa isa : isas())
+      for (size_t threads : {1, 2, 3, 5})
+        EXPECT_EQ(run(p, isa, threads), want)
+            << isa_name(isa) << " threads=" << threads << " m=" << m << " k=" << k;
+    for (int64_t r : std::initializer_list<int64_t>{0, m / 2, m - 1}) {
+      Problem one{1, p.k, p.n,
+                  std::vector<float>(p.x.begin() + r * p.k, p.x.begin() + (r + 1) * p.k), p.w};
+      for (Isa isa : isas()) {
+        std::vector<float> y = run(one, isa, 2);
+        for (int64_t j = 0; j < p.n; ++j)
+          ASSERT_EQ(y[j], want[r * p.n + j]) << isa_name(isa) << " row " << r;
+      }
+    }
+  }
+}
+
+// The packed path with a row stride wider than K, an output stride wider than N, and weights
+// not 4-byte aligned.
+TEST(Gemm, PrefillBatchStridesAndAlignment) {
+  Problem p = make(11, 530, 70, 5);
+  std::vector<float> want = contract_order(p);
+  std::vector<uint16_t> shifted(p.w.size() + 1);
+  std::copy(p.w.begin(), p.w.end(), shifted.begin() + 1);
+  const int64_t ldx = 537, ldy = 75;
+  std::vector<float> xs(static_cast<size_t>(p.m * ldx), NAN);
+  for (int64_t i = 0; i < p.m; ++i)
+    std::copy(p.x.begin() + i * p.k, p.x.begin() + (i + 1) * p.k, xs.begin() + i * ldx);
+  for (Isa isa : isas()) {
+    std::vector<float> y(static_cast<size_t>(p.m * ldy), -7.0f);
+    gemm_bf16_isa(isa, xs.data(), p.m, ldx, Bf16Matrix{shifted.data() + 1, p.n, p.k}, y.data(), ldy,
+                  2);
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) ASSERT_EQ(y[i * ldy + j], want[i * p.n + j]);
+      for (int64_t j = p.n; j < ldy; ++j) ASSERT_EQ(y[i * ldy + j], -7.0f);  // untouched
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kev

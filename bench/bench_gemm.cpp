@@ -1,0 +1,139 @@
+// GEMM benchmark without a model: gemm_bf16 at the projection shapes of Kev-4B and
+// Qwen3.5-0.8B (512-token prefill unless given), for one forced ISA, against the measured FP32
+// FMA peak of that ISA on the same cores.
+//
+// Usage: bench_gemm [--isa scalar|avx2|avx512] [--threads N] [--reps R] [--m M] [NAME=MxKxN ...]
+// Default ISA: the dispatcher's (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks
+// is refused. Prints one JSON object per line: per shape the best of R timed runs.
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fma_peak.h"
+#include "kev/core/bf16.h"
+#include "kev/core/threads.h"
+#include "kev/model/gemm.h"
+
+using namespace kev;
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t m, k, n;
+};
+
+std::vector<Shape> default_shapes(int64_t m) {
+  return {
+      // Kev-4B: H 2560, I 9216, GDN 16 key / 32 value heads of 128, attention 16 x 256.
+      {"4b.mlp_up", m, 2560, 9216},
+      {"4b.mlp_down", m, 9216, 2560},
+      {"4b.gdn_qkv", m, 2560, 8192},
+      {"4b.gdn_z", m, 2560, 4096},
+      {"4b.gdn_out", m, 4096, 2560},
+      {"4b.attn_kv", m, 2560, 1024},
+      {"4b.gdn_a", m, 2560, 32},
+      // Qwen3.5-0.8B: H 1024, I 3584, GDN 16 / 16 heads of 128.
+      {"0.8b.mlp_up", m, 1024, 3584},
+      {"0.8b.mlp_down", m, 3584, 1024},
+      {"0.8b.gdn_qkv", m, 1024, 6144},
+      {"0.8b.gdn_out", m, 2048, 1024},
+  };
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Isa isa = best_gemm_isa();
+  size_t threads = default_workers();
+  int reps = 5;
+  int64_t m = 512;
+  std::vector<Shape> shapes;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_gemm: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--isa") {
+      std::string v = next();
+      std::optional<Isa> parsed = parse_isa(v);
+      if (!parsed) {
+        std::fprintf(stderr, "bench_gemm: unknown ISA %s (portable, avx2 or avx512)\n", v.c_str());
+        return 2;
+      }
+      isa = *parsed;
+    } else if (a == "--threads") {
+      threads = std::stoul(next());
+    } else if (a == "--reps") {
+      reps = std::stoi(next());
+    } else if (a == "--m") {
+      m = std::stoll(next());
+    } else {
+      Shape s;
+      auto eq = a.find('=');
+      s.name = a.substr(0, eq);
+      if (eq == std::string::npos ||
+          std::sscanf(a.c_str() + eq + 1, "%ldx%ldx%ld", &s.m, &s.k, &s.n) != 3) {
+        std::fprintf(stderr, "bench_gemm: shape must be NAME=MxKxN, got %s\n", a.c_str());
+        return 2;
+      }
+      shapes.push_back(s);
+    }
+  }
+  if (!isa_supported(isa)) {
+    std::fprintf(stderr, "bench_gemm: this CPU lacks %s\n", isa_name(isa));
+    return 2;
+  }
+  if (shapes.empty()) shapes = default_shapes(m);
+
+  bench::Peak peak = bench::fma_peak_gflops(isa, threads);
+  std::printf(
+      "{\"isa\": \"%s\", \"threads\": %zu, \"fma_peak_gflops\": %.2f, "
+      "\"fma_peak_cpu_gflops\": %.2f}\n",
+      isa_name(isa), threads, peak.wall, peak.cpu);
+  std::fflush(stdout);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1, 1);
+  double flop_all = 0, sec_all = 0, cpu_all = 0;
+  for (const Shape& s : shapes) {
+    std::vector<float> x(static_cast<size_t>(s.m * s.k)), y(static_cast<size_t>(s.m * s.n));
+    std::vector<uint16_t> w(static_cast<size_t>(s.n * s.k));
+    for (auto& v : x) v = d(rng);
+    for (auto& v : w) v = f32_to_bf16(d(rng) * 0.05f);
+    Bf16Matrix mat{w.data(), s.n, s.k};
+    gemm_bf16_isa(isa, x.data(), s.m, s.k, mat, y.data(), s.n, threads);  // warm
+    double best = 1e30, best_cpu = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      double c0 = bench::detail::process_cpu_seconds();
+      gemm_bf16_isa(isa, x.data(), s.m, s.k, mat, y.data(), s.n, threads);
+      best = std::min(best, bench::detail::seconds_since(t0));
+      best_cpu = std::min(best_cpu, bench::detail::process_cpu_seconds() - c0);
+    }
+    double flop = 2.0 * double(s.m) * double(s.k) * double(s.n);
+    flop_all += flop;
+    sec_all += best;
+    cpu_all += best_cpu;
+    // cpu_fraction: GFLOP per CPU-second of all threads against the per-CPU-second peak, i.e.
+    // the kernel's efficiency on the cycles it got (robust to other load on the machine).
+    std::printf(
+        "{\"shape\": \"%s\", \"m\": %ld, \"k\": %ld, \"n\": %ld, \"best_s\": %.5f, "
+        "\"gflops\": %.2f, \"fraction_of_peak\": %.3f, \"cpu_s\": %.5f, \"cpu_fraction\": %.3f}\n",
+        s.name.c_str(), s.m, s.k, s.n, best, flop / best / 1e9,
+        peak.wall > 0 ? flop / best / 1e9 / peak.wall : 0.0, best_cpu,
+        peak.cpu > 0 ? flop / best_cpu / 1e9 / peak.cpu * static_cast<double>(threads) : 0.0);
+    std::fflush(stdout);
+  }
+  std::printf(
+      "{\"all_shapes_gflops\": %.2f, \"fraction_of_peak\": %.3f, \"cpu_fraction\": %.3f}\n",
+      flop_all / sec_all / 1e9, peak.wall > 0 ? flop_all / sec_all / 1e9 / peak.wall : 0.0,
+      peak.cpu > 0 ? flop_all / cpu_all / 1e9 / peak.cpu * static_cast<double>(threads) : 0.0);
+  return 0;
+}

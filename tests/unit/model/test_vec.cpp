@@ -1,0 +1,93 @@
+// The recurrent gated-delta step against the update written out plainly (two full passes
+// over the state, the order the header states), bitwise, over several steps and shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "model/vec.h"
+
+namespace kev {
+namespace {
+
+// S *= eg; m = S^T k (ascending i); delta = beta (v - m); S += k delta^T; o = S^T q.
+void plain_step(std::vector<float>& s, int64_t dk, int64_t dv, float eg, const float* k,
+                const float* q, const float* v, float beta, float* o) {
+  std::vector<float> m(static_cast<size_t>(dv), 0.0f);
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < dv; ++j) {
+      float& e = s[static_cast<size_t>(i * dv + j)];
+      e = e * eg;
+      float p = k[i] * e;
+      m[static_cast<size_t>(j)] = m[static_cast<size_t>(j)] + p;
+    }
+  for (int64_t j = 0; j < dv; ++j) {
+    float diff = v[j] - m[static_cast<size_t>(j)];
+    m[static_cast<size_t>(j)] = beta * diff;
+    o[j] = 0.0f;
+  }
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < dv; ++j) {
+      float& e = s[static_cast<size_t>(i * dv + j)];
+      float p = k[i] * m[static_cast<size_t>(j)];
+      e = e + p;
+      float r = q[i] * e;
+      o[j] = o[j] + r;
+    }
+}
+
+TEST(Vec, GdnStepMatchesPlainUpdateBitwise) {
+  for (auto [dk, dv] :
+       {std::pair<int64_t, int64_t>{128, 128}, {24, 40}, {8, 33}, {5, 70}, {16, 7}}) {
+    std::mt19937 rng(static_cast<unsigned>(dk * 131 + dv));
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float> s(static_cast<size_t>(dk * dv)), want;
+    for (auto& e : s) e = d(rng);
+    want = s;
+    std::vector<float> k(static_cast<size_t>(dk)), q(k.size()), v(static_cast<size_t>(dv));
+    std::vector<float> o(v.size()), o_want(v.size()), m(v.size());
+    for (int step = 0; step < 6; ++step) {
+      for (auto& e : k) e = d(rng);
+      for (auto& e : q) e = d(rng);
+      for (auto& e : v) e = d(rng);
+      const float eg = 0.5f + 0.5f * std::uniform_real_distribution<float>(0, 1)(rng);
+      const float beta = std::uniform_real_distribution<float>(0, 1)(rng);
+      vec::gdn_step(s.data(), dk, dv, eg, k.data(), q.data(), v.data(), beta, o.data(), m.data());
+      plain_step(want, dk, dv, eg, k.data(), q.data(), v.data(), beta, o_want.data());
+      ASSERT_EQ(o, o_want) << "dk=" << dk << " dv=" << dv << " step " << step;
+      ASSERT_EQ(s, want) << "dk=" << dk << " dv=" << dv << " step " << step;
+    }
+  }
+}
+
+// axpy_rows is the repeated axpy: y += a_0 x_0, then y += a_1 x_1, ... (one multiply and one
+// add per element per row, in row order), written out plainly here.
+TEST(Vec, AxpyRowsMatchesRepeatedUpdateBitwise) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (auto [rows, n, ld] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 256},
+                             {37, 256, 1024},
+                             {5, 70, 80},
+                             {0, 64, 64},
+                             {9, 7, 7}}) {
+    std::vector<float> x(static_cast<size_t>(std::max<int64_t>(rows, 1) * ld)),
+        a(static_cast<size_t>(rows + 1));
+    for (auto& e : x) e = d(rng);
+    for (auto& e : a) e = d(rng);
+    std::vector<float> y(static_cast<size_t>(n)), want;
+    for (auto& e : y) e = d(rng);
+    want = y;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        float p = a[static_cast<size_t>(r)] * x[static_cast<size_t>(r * ld + j)];
+        want[static_cast<size_t>(j)] = want[static_cast<size_t>(j)] + p;
+      }
+    vec::axpy_rows(y.data(), a.data(), x.data(), ld, rows, n);
+    ASSERT_EQ(y, want) << "rows=" << rows << " n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace kev
