@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kevtest import ServeProcess, parse_responses, raw_exchange, run_kev, synth_bundle  # noqa: E402
 
 DURATION_S = float(os.environ.get("KEV_SOAK_SECONDS", "60"))
-HEALTH_BOUND_S = 1.0
-POST_BOUND_S = 5.0
+HEALTH_BOUND_S = 2.0
+POST_BOUND_S = 10.0
 RSS_BOUND_MIB = 150
 SLOW_CONNECTIONS = 60
 IDLE_CONNECTIONS = 40
