@@ -1,5 +1,6 @@
 // cpp-httplib 0.11.4 (Debian) probe for docs/serving.md: POST/GET anything -> 200 "len=<bytes>".
-// Build: g++ -O2 -std=c++17 httplib_probe.cpp -lcpp-httplib -o httplib_probe ; run: ./httplib_probe PORT
+// Build: g++ -O2 -std=c++17 httplib_probe.cpp -lcpp-httplib -o httplib_probe ; run: ./httplib_probe
+// PORT
 #include <httplib.h>
 
 #include <cstdio>

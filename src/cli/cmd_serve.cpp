@@ -79,6 +79,9 @@ const bool registered = register_command(
       app.add_option("--max-body", o->serve.max_body,
                      "largest request body in bytes, else 413 (default 4 MiB)")
           ->check(CLI::PositiveNumber);
+      app.add_option("--max-body-total", o->serve.max_body_total,
+                     "request bodies held in memory at once (being read, queued or scoring), "
+                     "else 503 (default 256 MiB)");
       app.add_option("--queue-timeout", o->serve.queue_timeout_s,
                      "longest wait in seconds for a scoring slot, then 503 (default 30)");
       app.add_option("--max-connections", o->serve.max_connections,

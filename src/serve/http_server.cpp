@@ -226,6 +226,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   bool accepting = true;
   std::unordered_set<Connection*> connections;
   size_t rejecting = 0;
+  size_t body_bytes = 0;  // reserved by requests being read, queued or scoring
   asio::steady_timer accept_retry{io};
 
   explicit Impl(ServeOptions o)
@@ -408,6 +409,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const std::string_view target(req.target().data(), req.target().size());
     path_ = printable(target);
     if (auto r = check_header(req)) return send(std::move(*r));
+    // Every body in memory at once stays under max_body_total: a chunked body reserves the
+    // whole per-request limit, since its size is unknown until it ends.
+    const size_t want = parser_->content_length() ? static_cast<size_t>(*parser_->content_length())
+                        : parser_->chunked()      ? opt().max_body
+                                                  : 0;
+    if (srv_->body_bytes + want > opt().max_body_total)
+      return send(detail(503, "too many request bodies in memory; retry later", true));
+    reserved_ = want;
+    srv_->body_bytes += want;
     if (parser_->is_done()) return handle();
     if (auto e = req.find(http::field::expect); e != req.end()) {
       // RFC 9110 10.1.1: the client waits for this before sending the body (curl does, over 1 MiB).
@@ -534,7 +544,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     close();
   }
 
+  void release() {
+    srv_->body_bytes -= reserved_;
+    reserved_ = 0;
+  }
+
   void send(Reply r) {
+    release();
     phase_ = Phase::kWriting;
     status_ = r.status;
     const unsigned version =
@@ -590,6 +606,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close() {
     if (phase_ == Phase::kClosed) return;
     phase_ = Phase::kClosed;
+    release();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
@@ -610,6 +627,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int status_ = 0;
   bool logged_ = false;
   size_t discarded_ = 0;
+  size_t reserved_ = 0;  // of srv_->body_bytes
 };
 
 void HttpServer::Impl::connection_closed(Connection* c) {
@@ -687,6 +705,9 @@ HttpServer::HttpServer(ServeOptions options) : impl_(std::make_shared<Impl>(std:
   const ServeOptions& o = impl_->options;
   if (o.max_inflight == 0) fail(ErrorKind::kBadInput, "--max-inflight must be at least 1");
   if (o.max_connections == 0) fail(ErrorKind::kBadInput, "--max-connections must be at least 1");
+  if (o.max_body_total < o.max_body)
+    fail(ErrorKind::kBadInput, "--max-body-total ({}) must be at least --max-body ({})",
+         o.max_body_total, o.max_body);
   if (o.max_header_bytes < 256 || o.max_header_bytes > (size_t{1} << 30))
     fail(ErrorKind::kBadInput, "--max-header-bytes must be between 256 and 2^30");
   for (double t : {o.queue_timeout_s, o.request_timeout_s, o.idle_timeout_s})

@@ -459,3 +459,25 @@ def test_draining(bundle):
             s.request("GET", "/health/live", timeout=3)
     finally:
         s.close()
+
+
+def test_bodies_in_memory_are_bounded_together(bundle):
+    s = ServeProcess(bundle, "--max-body", 1 << 20, "--max-body-total", 2 << 20, "--request-timeout", 30)
+    holders = []
+    try:
+        for _ in range(2):  # each declares 1 MiB and sends a little of it
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            c.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n{\"state\"")
+            holders.append(c)
+        time.sleep(0.3)
+        got, closed = raw_exchange(s.port, b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n",
+                                   timeout=10)
+        (status, hdrs, body), = parse_responses(got)
+        assert status == 503 and hdrs["retry-after"] == "1" and "bodies" in json.loads(body)["detail"] and closed
+        for c in holders:
+            c.close()
+        assert wait_for(lambda: s.score(QUICK)[0] == 200, timeout=10)  # the budget is given back
+    finally:
+        for c in holders:
+            c.close()
+        s.close()

@@ -40,6 +40,7 @@ struct ServeOptions {
   size_t max_queue = 16;
   double queue_timeout_s = 30;  // longest wait for a scoring slot, then 503
   size_t max_body = size_t{4} << 20;
+  size_t max_body_total = size_t{256} << 20;  // every body in memory at once, else 503 + close
   size_t max_connections = 1024;  // beyond: the oldest idle one is closed, else 503 + close
   size_t max_header_bytes = 16384;
   size_t max_headers = 100;
