@@ -344,8 +344,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Phase phase() const { return phase_; }
   bool idle() const { return phase_ == Phase::kIdle && buffer_.size() == 0; }
-  void close_idle() {
-    if (idle()) stream_.cancel();
+  bool reading() const { return phase_ == Phase::kReading; }
+  Clock::time_point started() const { return start_; }
+  void evict() {
+    if (reading()) log(408);
+    close();
   }
 
  private:
@@ -656,16 +659,20 @@ void HttpServer::Impl::accept() {
     bool reject = false;
     if (self->connections.size() >= self->options.max_connections) {
       // Make room by closing an idle keep-alive connection (its client reconnects at no
-      // cost); if every connection is busy, refuse this one.
+      // cost), else the one that has been sending its request the longest: at the cap that is
+      // a slow-header/slow-body client, while a normal request is read in milliseconds. Only
+      // when every connection is scoring, queued or being answered is the new one refused.
       Connection* victim = nullptr;
       for (Connection* c : self->connections)
         if (c->idle()) {
           victim = c;
           break;
         }
+      if (!victim)
+        for (Connection* c : self->connections)
+          if (c->reading() && (!victim || c->started() < victim->started())) victim = c;
       if (victim) {
-        victim->close_idle();
-        victim->close();
+        victim->evict();
       } else {
         reject = true;
       }
@@ -694,10 +701,7 @@ void HttpServer::Impl::on_shutdown() {
   std::vector<Connection*> idle;
   for (Connection* c : connections)
     if (c->idle()) idle.push_back(c);
-  for (Connection* c : idle) {
-    c->close_idle();
-    c->close();
-  }
+  for (Connection* c : idle) c->close();
   maybe_finish();
 }
 

@@ -319,7 +319,8 @@ def test_slow_and_idle_clients_do_not_lock_out(bundle):
                 assert c.recv(100) == b""
             except (ConnectionResetError, socket.timeout) as e:
                 assert isinstance(e, ConnectionResetError), "a slow connection was left open past its deadline"
-        # Only busy connections at the cap: a new one gets 503 + Retry-After at once, not a hang.
+        # The cap filled with slow senders only: each new connection closes the oldest of them
+        # and is served.
         socks2 = []
         for _ in range(100):
             c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
@@ -327,12 +328,42 @@ def test_slow_and_idle_clients_do_not_lock_out(bundle):
             socks2.append(c)
         socks += socks2
         time.sleep(0.3)
-        got, closed = raw_exchange(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
-        (status, hdrs, body), = parse_responses(got)
-        assert status == 503 and hdrs["retry-after"] == "1" and "connections" in json.loads(body)["detail"]
+        for _ in range(5):
+            got, closed = raw_exchange(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                       timeout=5)
+            assert [r[0] for r in parse_responses(got)] == [200]
+        socks2[0].settimeout(2)
+        assert socks2[0].recv(100) == b""
     finally:
         for c in socks:
             c.close()
+        s.close()
+
+
+def test_connection_cap_with_every_connection_busy_answers_503(bundle):
+    s = ServeProcess(bundle, "--max-connections", 2, "--max-inflight", 1, "--max-queue", 4, "--cache-entries", 0)
+    try:
+        busy = [threading.Thread(target=lambda: s.score(slow_request("cap", questions=3)), daemon=True)
+                for _ in range(2)]
+        for t in busy:
+            t.start()
+        # Once both connections are scoring or queued, a third is refused at once, not left hanging.
+        refused = None
+        end = time.monotonic() + 30
+        while refused is None and time.monotonic() < end:
+            t = time.monotonic()
+            got, closed = raw_exchange(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                       timeout=5)
+            (status, hdrs, body), = parse_responses(got)
+            if status == 503:
+                refused = (hdrs, json.loads(body), closed, time.monotonic() - t)
+            time.sleep(0.01)
+        assert refused, "the third connection was never refused"
+        hdrs, body, closed, took = refused
+        assert hdrs["retry-after"] == "1" and "connections" in body["detail"] and closed and took < 2
+        for t in busy:
+            t.join(timeout=120)
+    finally:
         s.close()
 
 

@@ -41,7 +41,7 @@ struct ServeOptions {
   double queue_timeout_s = 30;  // longest wait for a scoring slot, then 503
   size_t max_body = size_t{4} << 20;
   size_t max_body_total = size_t{256} << 20;  // every body in memory at once, else 503 + close
-  size_t max_connections = 1024;  // beyond: the oldest idle one is closed, else 503 + close
+  size_t max_connections = 1024;  // beyond: an idle or the slowest reader is closed, else 503
   size_t max_header_bytes = 16384;
   size_t max_headers = 100;
   double request_timeout_s = 10;  // first byte to last body byte, and each response write
