@@ -9,12 +9,14 @@
 //                       (Retry-After: 1) {"status":"loading"|"draining"}
 //   GET  /v1/models     {"object":"list","data":[{"id":<model>,...},{"id":"kev-latest",...}]}
 //
-// Contract: every error is {"detail": msg} (printable ASCII only, whatever the client sent):
+// Contract: every error is {"detail": msg}, valid UTF-8 JSON whatever the client sent (paths,
+// methods and model names are shown as printable ASCII, other bytes as %XX):
 // 400 malformed JSON or HTTP framing (the connection is then closed), 413 body over max_body
 // (refused on its declaration, or while reading a chunked body), 415 any Content-Encoding,
 // 417 an Expect other than 100-continue, 431 header section over its limits, 422 invalid
 // semantics / context overflow / unknown model / JSON over its key or element limits, 503 busy,
-// loading or queue wait over queue_timeout (with Retry-After), 500 internal, 404, 405 (Allow).
+// loading, queue wait over queue_timeout, or connections / request bodies in memory over their
+// caps (always with Retry-After), 500 internal, 404, 405 (Allow).
 // A request either gets the whole response or an error, never partial answers. Requests on one
 // connection (pipelined or not) are answered in order.
 // Admission: at most max_inflight requests score at once; at most max_queue wait, first in first
