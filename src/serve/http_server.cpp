@@ -65,7 +65,8 @@ struct Reply {
   std::string body;
   bool retry_after = false;
   std::string allow;
-  bool close = false;  // framing can no longer be trusted: close after this reply
+  bool close = false;      // framing can no longer be trusted: close after this reply
+  bool cancelled = false;  // the client reset the connection: no reply, close
 };
 
 Reply json_reply(int status, const OrderedJson& body) {
@@ -248,7 +249,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   }
 
   // On a worker thread: the whole JSON + scoring path for one body.
-  Reply score(const std::string& body) const {
+  Reply score(const std::string& body, const std::function<bool()>& gone) const {
     // Syntax first (linear, builds nothing), so that every later refusal is a 422.
     if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
     try {
@@ -256,9 +257,14 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       if (!known_model(request.model))
         return detail(422, fmt::format("model: \"{}\" is not served here; this server serves {}",
                                        printable(request.model), served_models()));
-      ScoreResult result = scorer.load()->score(request);
+      ScoreResult result = scorer.load()->score(request, gone);
       return json_reply(200, result.response);
     } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kInterrupted && gone && gone()) {
+        Reply r;
+        r.cancelled = true;
+        return r;
+      }
       return detail(http_status(e.kind()), e.what());
     } catch (const std::bad_alloc&) {
       return detail(503, "out of memory while scoring this request; retry later");
@@ -524,8 +530,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
           if (peer_reset(fd)) {
             then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
           } else {
-            auto r = std::make_shared<Reply>(self->srv_->score(*body));
-            then = [self, r, &io] { asio::post(io, [self, r] { self->send(std::move(*r)); }); };
+            auto r =
+                std::make_shared<Reply>(self->srv_->score(*body, [fd] { return peer_reset(fd); }));
+            if (r->cancelled) {
+              then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
+            } else {
+              then = [self, r, &io] { asio::post(io, [self, r] { self->send(std::move(*r)); }); };
+            }
           }
           return then;
         },
@@ -543,7 +554,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void cancelled() {
-    log(499);  // nginx's "client closed request": never computed
+    log(499);  // nginx's "client closed request": stopped at a safe point, nothing sent
     close();
   }
 
@@ -660,17 +671,22 @@ void HttpServer::Impl::accept() {
     if (self->connections.size() >= self->options.max_connections) {
       // Make room by closing an idle keep-alive connection (its client reconnects at no
       // cost), else the one that has been sending its request the longest: at the cap that is
-      // a slow-header/slow-body client, while a normal request is read in milliseconds. Only
-      // when every connection is scoring, queued or being answered is the new one refused.
+      // a slow-header/slow-body client, while a normal request is read in milliseconds. When
+      // there is neither, the new connection is refused (503).
       Connection* victim = nullptr;
       for (Connection* c : self->connections)
         if (c->idle()) {
           victim = c;
           break;
         }
+      // A reader is only a victim after a grace time, so a normal request caught mid-read
+      // at the cap is not cut off by a newcomer.
+      const auto grace =
+          Clock::now() - std::min(seconds(1.0), seconds(self->options.request_timeout_s / 2));
       if (!victim)
         for (Connection* c : self->connections)
-          if (c->reading() && (!victim || c->started() < victim->started())) victim = c;
+          if (c->reading() && c->started() < grace && (!victim || c->started() < victim->started()))
+            victim = c;
       if (victim) {
         victim->evict();
       } else {

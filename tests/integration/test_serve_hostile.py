@@ -246,6 +246,25 @@ def test_reset_client_work_is_not_computed(bundle):
         s.close()
 
 
+def test_reset_client_scoring_stops_after_its_prefix(bundle):
+    """A client that resets while its request is scoring: the state prefix (seconds here) is
+    finished and cached, the rows are not computed, nothing is sent (logged 499)."""
+    s = ServeProcess(bundle, "--max-inflight", 1, "--cache-entries", 16)
+    try:
+        misses = s.request("GET", "/health")[2]["cache"]["misses"]
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        c.sendall(post({"state": "word " * 800, "questions": slow_request("rows", questions=4)["questions"]}))
+        assert wait_for(lambda: s.request("GET", "/health")[2]["inflight"] == 1, step=0.002)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()  # RST while the prefix is being computed
+        assert wait_for(lambda: "499" in s.stderr(), timeout=60), s.stderr()
+        health = s.request("GET", "/health")[2]
+        assert health["inflight"] == 0 and health["cache"]["misses"] == misses + 1  # the prefix was made
+        assert "POST /v1/systemone 200" not in s.stderr()
+    finally:
+        s.close()
+
+
 def test_fifo_admission_and_queue_deadline(bundle):
     s = ServeProcess(bundle, "--max-inflight", 1, "--max-queue", 8, "--queue-timeout", 4, "--cache-entries", 0)
     try:
@@ -320,14 +339,14 @@ def test_slow_and_idle_clients_do_not_lock_out(bundle):
             except (ConnectionResetError, socket.timeout) as e:
                 assert isinstance(e, ConnectionResetError), "a slow connection was left open past its deadline"
         # The cap filled with slow senders only: each new connection closes the oldest of them
-        # and is served.
+        # (once older than the grace time) and is served.
         socks2 = []
         for _ in range(100):
             c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
             c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
             socks2.append(c)
         socks += socks2
-        time.sleep(0.3)
+        time.sleep(1.3)  # past the 1 s grace before a reader may be closed for a newcomer
         for _ in range(5):
             got, closed = raw_exchange(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
                                        timeout=5)

@@ -21,7 +21,7 @@
 // connection (pipelined or not) are answered in order.
 // Admission: at most max_inflight requests score at once; at most max_queue wait, first in first
 // out, each at most queue_timeout_s; beyond that a request is answered 503 at once. A request
-// whose client reset the connection is dropped before it starts scoring (logged as 499).
+// whose client reset the connection stops before scoring or after its state prefix (499).
 // Lifecycle (thread-safe calls, e.g. from a signal watcher): bind() listens at once; start()
 // serves in background threads (/v1/* answers 503 "loading"); set_ready() makes it score;
 // drain() turns /health/ready to 503 but keeps serving; shutdown() stops accepting, closes idle
