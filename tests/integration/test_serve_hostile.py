@@ -362,8 +362,17 @@ def test_slow_and_idle_clients_do_not_lock_out(bundle):
 def test_connection_cap_with_every_connection_busy_answers_503(bundle):
     s = ServeProcess(bundle, "--max-connections", 2, "--max-inflight", 1, "--max-queue", 4, "--cache-entries", 0)
     try:
-        busy = [threading.Thread(target=lambda: s.score(slow_request("cap", questions=3)), daemon=True)
-                for _ in range(2)]
+        def keep_trying():  # a probe may hold the second slot when this connects: retry
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                try:
+                    if s.score(slow_request("cap", questions=3))[0] == 200:
+                        return
+                except OSError:
+                    pass
+                time.sleep(0.05)
+
+        busy = [threading.Thread(target=keep_trying, daemon=True) for _ in range(2)]
         for t in busy:
             t.start()
         # Once both connections are scoring or queued, a third is refused at once, not left hanging.
@@ -488,7 +497,7 @@ def _answers(port):
 
 
 def test_draining(bundle):
-    s = ServeProcess(bundle, "--drain-delay", 3)
+    s = ServeProcess(bundle, "--drain-delay", 5)
     try:
         want = s.score(QUICK)[2]["answers"]
         s.proc.send_signal(signal.SIGTERM)
@@ -502,9 +511,9 @@ def test_draining(bundle):
         # Still serving normally during the delay, new connections included.
         status, _, body = s.score(QUICK)
         assert status == 200 and body["answers"] == want
-        assert time.monotonic() - t0 < 2.5, "the drain delay elapsed before the checks; raise it"
+        assert time.monotonic() - t0 < 4.5, "the drain delay elapsed before the checks; raise it"
         assert s.proc.wait(timeout=30) == 0
-        assert time.monotonic() - t0 >= 2.9
+        assert time.monotonic() - t0 >= 4.9
         with pytest.raises(OSError):
             s.request("GET", "/health/live", timeout=3)
     finally:
