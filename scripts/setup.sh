@@ -10,7 +10,8 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang-14 clang-format
   libfuzzer-14-dev libclang-rt-14-dev
   nlohmann-json3-dev libssl-dev libzip-dev libcli11-dev libfmt-dev libpcre2-dev
-  libutf8proc-dev libopenblas-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libutf8proc-dev libopenblas-dev libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libmicrohttpd-dev libcpp-httplib-dev  # only for bench/http_layers (the HTTP-layer comparison)
   python3 python3-torch python3-numpy python3-pytest nodejs npm haproxy
 )
 

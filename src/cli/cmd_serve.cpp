@@ -1,12 +1,10 @@
-// `kev serve`: the HTTP API (POST /v1/systemone, GET /health, GET /v1/models) over a bundle.
-// Binds first and answers /health/live and /health/ready ("loading") while the bundle loads;
-// prints one JSON line {"listening": "http://HOST:PORT", "model": NAME} on stdout once loaded.
-// SIGINT/SIGTERM: not ready at once ("draining"), keep serving for --drain-delay seconds, then
-// stop accepting, let every accepted request finish, exit 0.
-#include <atomic>
+// `kev serve`: the HTTP API (POST /v1/systemone, GET /health[/live|/ready], GET /v1/models) over
+// a bundle. Listens first, then loads the bundle (a balancer sees "loading"), then prints one JSON
+// line {"listening": "http://HOST:PORT", "model": NAME} on stdout. SIGINT/SIGTERM: not ready at
+// once, keep serving for --drain-delay seconds, then stop accepting, answer every accepted
+// request and exit 0; further signals change nothing.
 #include <chrono>
 #include <cstdio>
-#include <memory>
 #include <optional>
 #include <thread>
 
@@ -23,41 +21,27 @@ struct ServeCliOptions {
   std::string bundle;
   ServeOptions serve;
   ScorerOptions scorer;
-  bool quiet = false;
   double drain_delay_s = 0;
+  bool quiet = false;
 };
 
-// Stops `server` and waits for run() to return. stop() is repeated because one that lands
-// before the accept loop has started is a no-op.
-void stop_and_join(HttpServer& server, std::thread& runner, const std::atomic<bool>& returned) {
-  while (!returned.load()) {
-    server.stop();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  runner.join();
+void sleep_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 int run_serve(ServeCliOptions& o) {
-  const std::string model = bundle_model_name(o.bundle);
+  if (!(o.drain_delay_s >= 0 && o.drain_delay_s <= 3600))
+    fail(ErrorKind::kBadInput, "--drain-delay must be between 0 and 3600 seconds");
   o.serve.log_requests = !o.quiet;
-  // Bind and answer /health/* first, so a balancer sees "loading" rather than a refused port.
-  std::unique_ptr<Scorer> scorer;  // declared first: outlives the server
-  HttpServer server(model, o.serve);
+  std::optional<Scorer> scorer;  // outlives the server, which answers from it until wait()
+  HttpServer server(o.serve);
   const int port = server.bind();
-  std::atomic<bool> returned{false};
-  std::thread runner([&] {
-    server.run();
-    returned = true;
-  });
-  try {
-    scorer = std::make_unique<Scorer>(o.bundle, o.scorer);
-    check_interrupted();  // a signal during loading: stop before turning ready
-  } catch (...) {
-    stop_and_join(server, runner, returned);
-    throw;
-  }
-  server.set_scorer(*scorer);
+  server.start();  // /health/live answers, /health/ready and /v1/* say "loading"
+  const std::string model = bundle_model_name(o.bundle);
+  scorer.emplace(o.bundle, o.scorer);
+  check_interrupted();  // a signal during loading: nothing was accepted for scoring yet
 
+  server.set_ready(*scorer, model);
   const std::string& host = o.serve.host;
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   std::printf("%s\n",
@@ -66,21 +50,16 @@ int run_serve(ServeCliOptions& o) {
                   .c_str());
   std::fflush(stdout);
 
-  // The signal handler only sets a flag; this (main) thread polls it: drain() at once, then
-  // after --drain-delay stop() (run() returns once every accepted request is answered).
-  using Clock = std::chrono::steady_clock;
-  std::optional<Clock::time_point> drain_since;
-  while (!returned.load()) {
-    if (interrupted() && !drain_since) {
-      server.drain();
-      drain_since = Clock::now();
-    }
-    if (drain_since &&
-        Clock::now() - *drain_since >= std::chrono::duration<double>(o.drain_delay_s))
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  stop_and_join(server, runner, returned);
+  // The signal handler only sets a flag; this thread turns it into the drain sequence.
+  while (!interrupted()) sleep_ms(50);
+  server.drain();
+  if (!o.quiet) std::fprintf(stderr, "kev serve: draining\n");
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(o.drain_delay_s));
+  while (std::chrono::steady_clock::now() < until) sleep_ms(20);
+  server.shutdown();
+  server.wait();
   if (!o.quiet) std::fprintf(stderr, "kev serve: stopped\n");
   return 0;
 }
@@ -100,10 +79,30 @@ const bool registered = register_command(
       app.add_option("--max-body", o->serve.max_body,
                      "largest request body in bytes, else 413 (default 4 MiB)")
           ->check(CLI::PositiveNumber);
+      app.add_option("--max-body-total", o->serve.max_body_total,
+                     "request bodies held in memory at once (being read, queued or scoring), "
+                     "else 503 (default 256 MiB)");
+      app.add_option("--queue-timeout", o->serve.queue_timeout_s,
+                     "longest wait in seconds for a scoring slot, then 503 (default 30)");
+      app.add_option("--max-connections", o->serve.max_connections,
+                     "open connections; beyond, an idle one is closed or the new one gets 503 "
+                     "(default 1024)")
+          ->check(CLI::PositiveNumber);
+      app.add_option("--max-header-bytes", o->serve.max_header_bytes,
+                     "largest request header section, else 431 (default 16384)");
+      app.add_option("--max-headers", o->serve.max_headers,
+                     "most header fields in a request, else 431 (default 100)");
+      app.add_option("--request-timeout", o->serve.request_timeout_s,
+                     "seconds to receive a whole request (headers and body) or send a response "
+                     "(default 10)");
+      app.add_option("--idle-timeout", o->serve.idle_timeout_s,
+                     "seconds a keep-alive connection may wait for its next request (default 5)");
+      app.add_option("--max-json-keys", o->serve.json.max_object_keys,
+                     "most keys in any one JSON object of a request, else 422 (default 16384)");
+      app.add_option("--max-json-elements", o->serve.json.max_array_elements,
+                     "most elements in any one JSON array of a request, else 422 (default 16384)");
       app.add_option("--drain-delay", o->drain_delay_s,
-                     "seconds to keep serving, not ready, after SIGTERM/SIGINT before refusing "
-                     "new connections (default 0)")
-          ->check(CLI::NonNegativeNumber);
+                     "after SIGTERM, seconds to keep serving while not ready (default 0)");
       add_scorer_flags(app, o->scorer);
       // main() adds --quiet to the command and to `kev` itself; either silences the log.
       CLI::Option* quiet_here = app.get_option_no_throw("--quiet");

@@ -1,14 +1,28 @@
+// One I/O thread runs every connection (Asio, non-blocking), so slow or idle clients cost a
+// socket and a few KiB, never a thread. Scoring runs on max_inflight worker threads fed by a FIFO
+// queue; finished work is posted back to the I/O thread, which alone touches connection state.
+// Beast parses HTTP; the checks Beast leaves to the application (duplicate framing headers,
+// unknown transfer codings, Content-Encoding, Expect, header count, target form) are done here.
 #include "kev/serve/http_server.h"
 
-#include <httplib.h>
+#include <poll.h>
+#include <sys/resource.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <thread>
+#include <unordered_set>
+#include <vector>
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
@@ -16,76 +30,216 @@
 namespace kev {
 namespace {
 
-constexpr const char* kAlias = "kev-latest";
-constexpr const char* kJson = "application/json";
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
-// At most max_inflight holders at once, at most max_queue waiting for a slot; enter() refuses
-// at once when both are full, so overload is answered instead of piling up.
+constexpr const char* kAlias = "kev-latest";
+constexpr size_t kLingerBytes = 1 << 20;  // discarded after an error reply before closing
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr size_t kExtraRejecting = 64;  // connections answered 503 beyond max_connections
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// Raw request bytes as printable ASCII (others as %XX, capped), so that neither a log line nor
+// a JSON string in a reply can be forged or made invalid UTF-8 by what a client sent.
+std::string printable(std::string_view s, size_t max = 256) {
+  std::string out;
+  for (unsigned char c : s.substr(0, max)) {
+    if (c > 0x20 && c < 0x7f && c != '%' && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
+
+struct Reply {
+  int status = 200;
+  std::string body;
+  bool retry_after = false;
+  std::string allow;
+  bool close = false;      // framing can no longer be trusted: close after this reply
+  bool cancelled = false;  // the client reset the connection: no reply, close
+};
+
+Reply json_reply(int status, const OrderedJson& body) {
+  Reply r;
+  r.status = status;
+  r.body = body.dump();
+  return r;
+}
+
+Reply detail(int status, const std::string& message, bool close = false) {
+  Reply r = json_reply(status, OrderedJson{{"detail", message}});
+  r.retry_after = status == 503;
+  r.close = close;
+  return r;
+}
+
+// FIFO admission: max_inflight worker threads take jobs in arrival order; at most max_queue wait.
+// A job waiting longer than its deadline is expired (answered 503) by a sweeper thread, so a
+// long-running request never makes the queued ones wait past their deadline.
 class Admission {
  public:
-  Admission(size_t max_inflight, size_t max_queue)
-      : max_inflight_(max_inflight), max_queue_(max_queue) {}
+  struct Job {
+    Clock::time_point deadline;
+    // On a worker thread; returns what to do once the slot is free again (sending the reply),
+    // so that a client never sees its answer while /health still counts it in flight.
+    std::function<std::function<void()>()> run;
+    std::function<void()> expire;  // on the sweeper or a worker thread
+  };
 
-  bool enter() {
-    std::unique_lock lock(mutex_);
-    if (inflight_ < max_inflight_) {
-      ++inflight_;
-      return true;
-    }
-    if (queued_ >= max_queue_) return false;
-    ++queued_;
-    cv_.wait(lock, [&] { return inflight_ < max_inflight_; });
-    --queued_;
-    ++inflight_;
-    return true;
+  Admission(size_t max_inflight, size_t max_queue, Clock::duration wait)
+      : max_inflight_(max_inflight), max_queue_(max_queue), wait_(wait) {}
+
+  void start() {
+    for (size_t i = 0; i < max_inflight_; ++i) threads_.emplace_back([this] { work(); });
+    threads_.emplace_back([this] { sweep(); });
   }
-  void leave() {
+
+  // false: full (the caller answers 503 at once).
+  bool submit(std::function<std::function<void()>()> run, std::function<void()> expire) {
     {
       std::lock_guard lock(mutex_);
-      --inflight_;
+      if (inflight_ + queue_.size() >= max_inflight_ + max_queue_) return false;
+      queue_.push_back(Job{Clock::now() + wait_, std::move(run), std::move(expire)});
     }
-    cv_.notify_one();
+    work_cv_.notify_one();
+    sweep_cv_.notify_one();
+    return true;
   }
+
   std::pair<size_t, size_t> counts() const {
     std::lock_guard lock(mutex_);
-    return {inflight_, queued_};
+    return {inflight_, queue_.size()};
+  }
+
+  // Runs every job still queued, then joins the threads.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    work_cv_.notify_all();
+    sweep_cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
   }
 
  private:
-  size_t max_inflight_, max_queue_;
-  size_t inflight_ = 0, queued_ = 0;
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      const bool expired = Clock::now() > job.deadline;
+      ++inflight_;
+      lock.unlock();
+      std::function<void()> then = job.expire;
+      if (!expired) then = job.run();
+      job = {};
+      lock.lock();
+      --inflight_;
+      lock.unlock();
+      then();
+      then = {};
+      lock.lock();
+    }
+  }
+
+  void sweep() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      if (queue_.empty()) {
+        sweep_cv_.wait(lock);
+        continue;
+      }
+      if (Clock::now() <= queue_.front().deadline) {
+        sweep_cv_.wait_until(lock, queue_.front().deadline);
+        continue;
+      }
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      job.expire();
+      job = {};
+      lock.lock();
+    }
+  }
+
+  const size_t max_inflight_, max_queue_;
+  const Clock::duration wait_;
   mutable std::mutex mutex_;
-  std::condition_variable cv_;
+  std::condition_variable work_cv_, sweep_cv_;
+  std::deque<Job> queue_;
+  size_t inflight_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
 };
 
-void send_json(httplib::Response& res, int status, const OrderedJson& body) {
-  res.status = status;
-  res.set_content(body.dump(), kJson);
+// A peer that reset the connection (RST) will never read an answer. A FIN alone is not taken as
+// "gone": RFC 9112 allows a client to half-close after sending its request and still read.
+bool peer_reset(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLERR | POLLHUP)) != 0;
 }
 
-void send_detail(httplib::Response& res, int status, const std::string& detail) {
-  send_json(res, status, OrderedJson{{"detail", detail}});
+bool iequals(std::string_view a, std::string_view b) {
+  return beast::iequals(beast::string_view(a.data(), a.size()),
+                        beast::string_view(b.data(), b.size()));
 }
 
-// When the current request's headers were read (set by the pre-routing handler, read by the
-// logger on the same connection thread).
-thread_local std::optional<std::chrono::steady_clock::time_point> t_request_start;
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+enum class Lifecycle { kLoading, kReady, kDraining };
 
 }  // namespace
 
-struct HttpServer::Impl {
-  std::atomic<const Scorer*> scorer{nullptr};  // null while the bundle loads
-  std::atomic<bool> draining{false};
-  std::string model;
-  ServeOptions options;
-  Admission admission;
-  httplib::Server server;
+class Connection;
 
-  Impl(const Scorer* s, std::string m, ServeOptions o)
-      : scorer(s),
-        model(std::move(m)),
-        options(std::move(o)),
-        admission(options.max_inflight, options.max_queue) {}
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  ServeOptions options;
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+  std::thread io_thread;
+  Admission admission;
+  std::atomic<Lifecycle> lifecycle{Lifecycle::kLoading};
+  std::atomic<const Scorer*> scorer{nullptr};
+  std::string model;  // written before scorer is published, read after it is seen
+  bool started = false, waited = false;
+
+  // I/O thread only.
+  bool accepting = true;
+  std::unordered_set<Connection*> connections;
+  size_t rejecting = 0;
+  size_t body_bytes = 0;  // reserved by requests being read, queued or scoring
+  asio::steady_timer accept_retry{io};
+
+  explicit Impl(ServeOptions o)
+      : options(std::move(o)),
+        admission(options.max_inflight, options.max_queue, seconds(options.queue_timeout_s)) {}
+
+  void accept();
+  void on_shutdown();
+  void connection_closed(Connection* c);
+  void maybe_finish() {
+    if (!accepting && connections.empty() && rejecting == 0) guard.reset();
+  }
 
   bool known_model(const std::string& name) const { return name == model || name == kAlias; }
 
@@ -94,76 +248,60 @@ struct HttpServer::Impl {
                            : fmt::format("\"{}\" (alias \"{}\")", model, kAlias);
   }
 
-  bool ready() const { return scorer.load() != nullptr && !draining.load(); }
-
-  // The /v1 answer while the bundle loads: 503 + Retry-After (a balancer retries elsewhere).
-  bool refuse_while_loading(httplib::Response& res) const {
-    if (scorer.load() != nullptr) return false;
-    res.set_header("Retry-After", "1");
-    send_detail(res, 503, "the model is still loading; retry later");
-    return true;
-  }
-
-  void score(const httplib::Request& req, httplib::Response& res) {
-    if (refuse_while_loading(res)) return;
-    const Scorer& scorer = *this->scorer.load();
-    // httplib already refuses a declared Content-Length over the limit; this also covers
-    // chunked bodies.
-    if (req.body.size() > options.max_body)
-      return send_detail(res, 413,
-                         fmt::format("the request body is larger than {} bytes", options.max_body));
-    if (!nlohmann::json::accept(req.body))
-      return send_detail(res, 400, "the request body is not valid JSON");
+  // On a worker thread: the whole JSON + scoring path for one body.
+  Reply score(const std::string& body, const std::function<bool()>& gone) const {
+    // Syntax first (linear, builds nothing), so that every later refusal is a 422.
+    if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
     try {
-      ApiRequest request = parse_request(req.body);
+      ApiRequest request = parse_request(body, options.json);
       if (!known_model(request.model))
-        return send_detail(res, 422,
-                           fmt::format("model: \"{}\" is not served here; this server serves {}",
-                                       request.model, served_models()));
-      if (!admission.enter()) {
-        auto [inflight, queued] = admission.counts();
-        res.set_header("Retry-After", "1");
-        return send_detail(res, 503,
-                           fmt::format("the server is busy ({} scoring, {} queued); retry later",
-                                       inflight, queued));
-      }
-      ScoreResult result;
-      try {
-        result = scorer.score(request);
-      } catch (...) {
-        admission.leave();
-        throw;
-      }
-      admission.leave();
-      send_json(res, 200, result.response);
+        return detail(422, fmt::format("model: \"{}\" is not served here; this server serves {}",
+                                       printable(request.model), served_models()));
+      ScoreResult result = scorer.load()->score(request, gone);
+      return json_reply(200, result.response);
     } catch (const Error& e) {
-      send_detail(res, http_status(e.kind()), e.what());
+      if (e.kind() == ErrorKind::kInterrupted && gone && gone()) {
+        Reply r;
+        r.cancelled = true;
+        return r;
+      }
+      return detail(http_status(e.kind()), e.what());
     } catch (const std::bad_alloc&) {
-      send_detail(res, 503, "out of memory while scoring this request; retry later");
+      return detail(503, "out of memory while scoring this request; retry later");
     } catch (const std::exception& e) {
-      send_detail(res, 500, fmt::format("internal error: {}", e.what()));
+      return detail(500, fmt::format("internal error: {}", e.what()));
     }
   }
 
   OrderedJson health() const {
     auto [inflight, queued] = admission.counts();
-    OrderedJson cache_json = {{"entries", 0}, {"tokens", 0}, {"hits", 0}, {"misses", 0}};
-    if (const Scorer* s = scorer.load()) {
+    const Lifecycle l = lifecycle.load();
+    const Scorer* s = scorer.load();
+    OrderedJson out = {{"status", l == Lifecycle::kReady     ? "ok"
+                                  : l == Lifecycle::kLoading ? "loading"
+                                                             : "draining"},
+                       {"ready", l == Lifecycle::kReady},
+                       {"model", s ? OrderedJson(model) : OrderedJson()},
+                       {"inflight", inflight},
+                       {"queued", queued}};
+    if (s) {
       const auto& cache = s->cache();
-      cache_json = {{"entries", cache.entries()},
-                    {"tokens", cache.tokens()},
-                    {"hits", cache.hits()},
-                    {"misses", cache.misses()}};
+      out["cache"] = {{"entries", cache.entries()},
+                      {"tokens", cache.tokens()},
+                      {"hits", cache.hits()},
+                      {"misses", cache.misses()}};
+    } else {
+      out["cache"] = nullptr;
     }
-    return {{"status", "ok"},   {"model", model},      {"inflight", inflight},
-            {"queued", queued}, {"cache", cache_json}, {"ready", ready()}};
+    return out;
   }
 
-  // Readiness for a balancer: 200 only when loaded and not draining; else 503 + Retry-After.
-  void health_ready(httplib::Response& res) const {
-    if (ready()) return send_json(res, 200, OrderedJson{{"status", "ready"}, {"model", model}});
-    res.set_header("Retry-After", "1");
-    send_json(res, 503, OrderedJson{{"status", scorer.load() ? "draining" : "loading"}});
+  Reply ready_reply() const {
+    const Lifecycle l = lifecycle.load();
+    if (l == Lifecycle::kReady) return json_reply(200, {{"status", "ready"}, {"model", model}});
+    Reply r = json_reply(503, {{"status", l == Lifecycle::kLoading ? "loading" : "draining"}});
+    r.retry_after = true;
+    return r;
   }
 
   OrderedJson models() const {
@@ -172,143 +310,505 @@ struct HttpServer::Impl {
     if (model != kAlias) data.push_back({{"id", kAlias}, {"object", "model"}});
     return {{"object", "list"}, {"data", data}};
   }
-
-  void route() {
-    server.Post("/v1/systemone",
-                [this](const httplib::Request& req, httplib::Response& res) { score(req, res); });
-    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200, health());
-    });
-    server.Get("/health/live", [](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200, OrderedJson{{"status", "live"}});
-    });
-    server.Get("/health/ready",
-               [this](const httplib::Request&, httplib::Response& res) { health_ready(res); });
-    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      if (!refuse_while_loading(res)) send_json(res, 200, models());
-    });
-    not_allowed("/v1/systemone", "POST");
-    not_allowed("/health", "GET");
-    not_allowed("/health/live", "GET");
-    not_allowed("/health/ready", "GET");
-    not_allowed("/v1/models", "GET");
-  }
-
-  // 405 for every method on `path` other than `allowed`.
-  void not_allowed(const std::string& path, const std::string& allowed) {
-    auto handler = [path, allowed](const httplib::Request& req, httplib::Response& res) {
-      res.set_header("Allow", allowed);
-      send_detail(res, 405,
-                  fmt::format("{} does not accept {}; use {}", path, req.method, allowed));
-    };
-    if (allowed != "GET") server.Get(path, handler);
-    if (allowed != "POST") server.Post(path, handler);
-    server.Put(path, handler);
-    server.Patch(path, handler);
-    server.Delete(path, handler);
-    server.Options(path, handler);
-  }
-
-  void configure() {
-    server.set_payload_max_length(options.max_body);
-    // The library's default also sets SO_REUSEPORT, which would let a second server bind the
-    // same port silently and split the traffic; keep only SO_REUSEADDR (quick restarts).
-    server.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
-    // Headers and body go out as separate writes; with Nagle on, the body waits for the
-    // client's delayed ACK (~40 ms a response on Linux loopback).
-    server.set_tcp_nodelay(true);
-    server.set_keep_alive_timeout(2);  // an idle keep-alive connection holds a pool thread
-    // Every admitted or queued request holds a connection thread, and a refusal needs a free
-    // one to be answered at once; the spare threads serve /health and refusals.
-    const size_t threads = options.max_inflight + options.max_queue + 8;
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    using Handled = httplib::Server::HandlerWithResponse;  // (the overloads are ambiguous)
-    server.set_error_handler(Handled([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      if (res.status == 404) {
-        send_detail(res, 404, fmt::format("no such path: {}", req.path));
-      } else if (res.status == 413) {
-        send_detail(res, 413,
-                    fmt::format("the request body is larger than {} bytes", options.max_body));
-      } else if (res.status == 400) {
-        send_detail(res, 400, "malformed HTTP request");
-      } else {
-        send_detail(res, res.status, fmt::format("HTTP status {}", res.status));
-      }
-      return httplib::Server::HandlerResponse::Handled;
-    }));
-    server.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-          send_detail(res, 500, "internal error while handling the request");
-        });
-    server.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-      t_request_start = std::chrono::steady_clock::now();
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    if (options.log_requests) {
-      server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-        double ms = 0;
-        if (t_request_start)
-          ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                         *t_request_start)
-                   .count();
-        t_request_start.reset();
-        std::fprintf(stderr, "kev serve: %s %s %d %.1f ms\n", req.method.c_str(), req.path.c_str(),
-                     res.status, ms);
-      });
-    }
-  }
 };
 
-HttpServer::HttpServer(const Scorer& scorer, std::string model_name, ServeOptions options)
-    : HttpServer(std::move(model_name), std::move(options)) {
-  set_scorer(scorer);
+namespace {
+
+using Request = http::request<http::string_body>;
+
+// A route's answer when it needs no scoring; nullopt: POST /v1/systemone to be scored.
+struct Route {
+  const char* path;
+  http::verb method;
+};
+constexpr Route kRoutes[] = {{"/v1/systemone", http::verb::post},
+                             {"/health", http::verb::get},
+                             {"/health/live", http::verb::get},
+                             {"/health/ready", http::verb::get},
+                             {"/v1/models", http::verb::get}};
+
+}  // namespace
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  enum class Phase { kIdle, kReading, kBusy, kWriting, kClosed };
+
+  Connection(std::shared_ptr<HttpServer::Impl> server, tcp::socket socket, bool reject)
+      : srv_(std::move(server)),
+        stream_(std::move(socket)),
+        buffer_(srv_->options.max_header_bytes + 65536),
+        reject_(reject) {}
+
+  void start() {
+    if (reject_) {
+      // Over the connection limit and nothing idle to close: say so instead of leaving the
+      // client in the backlog.
+      return send(detail(503, "too many connections; retry later", true));
+    }
+    wait_request();
+  }
+
+  Phase phase() const { return phase_; }
+  bool idle() const { return phase_ == Phase::kIdle && buffer_.size() == 0; }
+  bool reading() const { return phase_ == Phase::kReading; }
+  Clock::time_point started() const { return start_; }
+  void evict() {
+    if (reading()) log(408);
+    close();
+  }
+
+ private:
+  const ServeOptions& opt() const { return srv_->options; }
+
+  // Keep-alive: wait (idle_timeout) for the first byte of the next request, unless a pipelined
+  // one is already buffered.
+  void wait_request() {
+    phase_ = Phase::kIdle;
+    if (buffer_.size() > 0) return begin_request();
+    if (!srv_->accepting) return close();
+    stream_.expires_after(seconds(opt().idle_timeout_s));
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->buffer_.commit(n);
+                              if (ec || n == 0) return self->close();
+                              self->begin_request();
+                            });
+  }
+
+  void begin_request() {
+    phase_ = Phase::kReading;
+    start_ = Clock::now();
+    method_.clear();  // (not = "-": GCC 12 raises a false -Wrestrict on that)
+    path_.clear();
+    logged_ = false;
+    // One deadline for the whole request, headers and body: a client trickling bytes cannot
+    // extend it (Beast's timer is absolute across the reads below).
+    stream_.expires_after(seconds(opt().request_timeout_s));
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(opt().max_header_bytes));
+    parser_->body_limit(opt().max_body);
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (ec == http::error::header_limit || ec == beast::http::error::buffer_overflow)
+      return send(detail(
+          431,
+          fmt::format("the request header section is larger than {} bytes", opt().max_header_bytes),
+          true));
+    if (ec == http::error::body_limit)
+      return send(detail(
+          413, fmt::format("the request body is larger than {} bytes", opt().max_body), true));
+    const bool framing = ec.category() == http::make_error_code(http::error::bad_target).category();
+    if (framing && ec != http::error::end_of_stream && ec != http::error::partial_message &&
+        ec != http::error::need_more && ec != http::error::need_buffer)
+      return send(detail(400, fmt::format("malformed HTTP request: {}", ec.message()), true));
+    // Timeout (the socket is already closed), reset, or the client closed mid-request.
+    if (ec == beast::error::timeout) log(408);
+    close();
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return on_read_error(ec);
+    const Request& req = parser_->get();
+    method_ =
+        printable(std::string_view(req.method_string().data(), req.method_string().size()), 32);
+    const std::string_view target(req.target().data(), req.target().size());
+    path_ = printable(target);
+    if (auto r = check_header(req)) return send(std::move(*r));
+    // Every body in memory at once stays under max_body_total: a chunked body reserves the
+    // whole per-request limit, since its size is unknown until it ends.
+    const size_t want = parser_->content_length() ? static_cast<size_t>(*parser_->content_length())
+                        : parser_->chunked()      ? opt().max_body
+                                                  : 0;
+    if (srv_->body_bytes + want > opt().max_body_total)
+      return send(detail(503, "too many request bodies in memory; retry later", true));
+    reserved_ = want;
+    srv_->body_bytes += want;
+    if (parser_->is_done()) return handle();
+    if (auto e = req.find(http::field::expect); e != req.end()) {
+      // RFC 9110 10.1.1: the client waits for this before sending the body (curl does, over 1 MiB).
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
+                                                                     req.version());
+      return http::async_write(stream_, *cont,
+                               [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+                                 if (ec) return self->close();
+                                 self->read_body();
+                               });
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) return self->on_read_error(ec);
+                       self->handle();
+                     });
+  }
+
+  // What RFC 9112 leaves to the recipient and Beast lets through: refused before any body byte
+  // is read, and the connection is closed since its framing is in doubt.
+  std::optional<Reply> check_header(const Request& req) {
+    if (req.version() != 11 && req.version() != 10)
+      return detail(505, "only HTTP/1.0 and HTTP/1.1 are served", true);
+    size_t fields = 0, hosts = 0, lengths = 0, codings = 0;
+    for (const auto& f : req) {
+      ++fields;
+      if (f.name() == http::field::host) ++hosts;
+      if (f.name() == http::field::content_length) ++lengths;
+      if (f.name() == http::field::transfer_encoding) ++codings;
+    }
+    if (fields > opt().max_headers)
+      return detail(
+          431, fmt::format("the request has more than {} header fields", opt().max_headers), true);
+    if (req.version() == 11 && hosts != 1)
+      return detail(400, "an HTTP/1.1 request needs exactly one Host header", true);
+    if (lengths > 1) return detail(400, "more than one Content-Length header", true);
+    if (codings > 0) {
+      // Beast frames the body by chunked only when it is the last coding, and reads any other
+      // value as "no body": a smuggling vector behind proxies that disagree. Only plain
+      // "chunked" (HTTP/1.1) is accepted.
+      auto te = req[http::field::transfer_encoding];
+      if (codings > 1 || req.version() != 11 ||
+          !iequals(trim(std::string_view(te.data(), te.size())), "chunked"))
+        return detail(400, "Transfer-Encoding other than a single \"chunked\" is not accepted",
+                      true);
+    }
+    if (auto ce = req.find(http::field::content_encoding); ce != req.end()) {
+      // A compressed body's size says nothing of its decoded size: refused, not inflated.
+      return detail(415, "Content-Encoding is not accepted; send the body uncompressed", true);
+    }
+    if (auto e = req.find(http::field::expect);
+        e != req.end() &&
+        !iequals(trim(std::string_view(e->value().data(), e->value().size())), "100-continue"))
+      return detail(417, "only \"Expect: 100-continue\" is understood", true);
+    if (auto len = parser_->content_length(); len && *len > opt().max_body)
+      return detail(413, fmt::format("the request body is larger than {} bytes", opt().max_body),
+                    true);
+    const auto target = req.target();
+    if (target.empty() || target[0] != '/')
+      return detail(400, "the request target must be a path starting with /", true);
+    return std::nullopt;
+  }
+
+  void handle() {
+    const Request& req = parser_->get();
+    const std::string_view target(req.target().data(), req.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
+    const Route* route = nullptr;
+    for (const Route& r : kRoutes)
+      if (path == r.path) route = &r;
+    if (!route) return send(detail(404, fmt::format("no such path: {}", printable(path))));
+    if (req.method() != route->method) {
+      const char* allowed = route->method == http::verb::get ? "GET" : "POST";
+      Reply r =
+          detail(405, fmt::format("{} does not accept {}; use {}", route->path, method_, allowed));
+      r.allow = allowed;
+      return send(std::move(r));
+    }
+    const std::string_view p = route->path;
+    if (p == "/health/live") return send(json_reply(200, {{"status", "live"}}));
+    if (p == "/health/ready") return send(srv_->ready_reply());
+    if (p == "/health") return send(json_reply(200, srv_->health()));
+    if (!srv_->scorer.load()) return send(detail(503, "the model is still loading; retry later"));
+    if (p == "/v1/models") return send(json_reply(200, srv_->models()));
+
+    // POST /v1/systemone: into the FIFO queue; the worker posts the reply back to this thread.
+    phase_ = Phase::kBusy;
+    stream_.expires_never();
+    auto self = shared_from_this();
+    auto body = std::make_shared<std::string>(std::move(parser_->get().body()));
+    const int fd = stream_.socket().native_handle();
+    auto& io = srv_->io;
+    const double wait_s = opt().queue_timeout_s;
+    bool queued = srv_->admission.submit(
+        [self, body, fd, &io] {
+          std::function<void()> then;
+          if (peer_reset(fd)) {
+            then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
+          } else {
+            auto r =
+                std::make_shared<Reply>(self->srv_->score(*body, [fd] { return peer_reset(fd); }));
+            if (r->cancelled) {
+              then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
+            } else {
+              then = [self, r, &io] { asio::post(io, [self, r] { self->send(std::move(*r)); }); };
+            }
+          }
+          return then;
+        },
+        [self, &io, wait_s] {
+          asio::post(io, [self, wait_s] {
+            self->send(detail(
+                503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
+          });
+        });
+    if (!queued) {
+      auto [inflight, waiting] = srv_->admission.counts();
+      send(detail(503, fmt::format("the server is busy ({} scoring, {} queued); retry later",
+                                   inflight, waiting)));
+    }
+  }
+
+  void cancelled() {
+    log(499);  // nginx's "client closed request": stopped at a safe point, nothing sent
+    close();
+  }
+
+  void release() {
+    srv_->body_bytes -= reserved_;
+    reserved_ = 0;
+  }
+
+  void send(Reply r) {
+    release();
+    phase_ = Phase::kWriting;
+    status_ = r.status;
+    const unsigned version =
+        parser_ && parser_->is_header_done() && parser_->get().version() == 10 ? 10 : 11;
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(r.status), version);
+    res->set(http::field::content_type, "application/json");
+    if (r.retry_after) res->set(http::field::retry_after, "1");
+    if (!r.allow.empty()) res->set(http::field::allow, r.allow);
+    res->body() = std::move(r.body);
+    // After shutdown(): answer what is already buffered (pipelined), then close.
+    const bool keep = !r.close && parser_ && parser_->is_done() && parser_->get().keep_alive() &&
+                      (srv_->accepting || buffer_.size() > 0);
+    res->keep_alive(keep);
+    res->prepare_payload();
+    stream_.expires_after(seconds(opt().request_timeout_s));
+    http::async_write(
+        stream_, *res,
+        [self = shared_from_this(), res, keep, linger = r.close](beast::error_code ec, size_t) {
+          self->log(self->status_);
+          if (ec) return self->close();
+          if (!keep) return linger ? self->linger() : self->close();
+          self->wait_request();
+        });
+  }
+
+  // After an error reply the client may still be sending; closing now would reset the
+  // connection and could destroy the reply before it is read. Half-close and discard a bounded
+  // amount for a bounded time first.
+  void linger() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(kLingerTime);
+    buffer_.clear();
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->discarded_ += n;
+                              if (ec || n == 0 || self->discarded_ > kLingerBytes)
+                                return self->close();
+                              self->linger();
+                            });
+  }
+
+  void log(int status) {
+    if (!opt().log_requests || logged_) return;
+    logged_ = true;
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+    std::fprintf(stderr, "kev serve: %s %s %d %.1f ms\n", method_.empty() ? "-" : method_.c_str(),
+                 path_.empty() ? "-" : path_.c_str(), status, ms);
+  }
+
+ public:
+  void close() {
+    if (phase_ == Phase::kClosed) return;
+    phase_ = Phase::kClosed;
+    release();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+    srv_->connection_closed(this);
+  }
+
+  bool rejecting() const { return reject_; }
+
+ private:
+  std::shared_ptr<HttpServer::Impl> srv_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool reject_;
+  Phase phase_ = Phase::kIdle;
+  Clock::time_point start_ = Clock::now();
+  std::string method_, path_;  // printable; empty until the request line is parsed
+  int status_ = 0;
+  bool logged_ = false;
+  size_t discarded_ = 0;
+  size_t reserved_ = 0;  // of srv_->body_bytes
+};
+
+void HttpServer::Impl::connection_closed(Connection* c) {
+  if (c->rejecting()) {
+    --rejecting;
+  } else {
+    connections.erase(c);
+  }
+  maybe_finish();
 }
 
-HttpServer::HttpServer(std::string model_name, ServeOptions options)
-    : impl_(std::make_unique<Impl>(nullptr, std::move(model_name), std::move(options))) {
-  if (impl_->options.max_inflight == 0)
-    fail(ErrorKind::kBadInput, "--max-inflight must be at least 1");
-  impl_->configure();
-  impl_->route();
+void HttpServer::Impl::accept() {
+  acceptor.async_accept(io, [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    if (!self->accepting) return;
+    if (ec) {
+      // Out of file descriptors or similar: retry shortly rather than spin.
+      std::fprintf(stderr, "kev serve: accept failed: %s\n", ec.message().c_str());
+      self->accept_retry.expires_after(std::chrono::milliseconds(100));
+      self->accept_retry.async_wait([self](beast::error_code) {
+        if (self->accepting) self->accept();
+      });
+      return;
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    bool reject = false;
+    if (self->connections.size() >= self->options.max_connections) {
+      // Make room by closing an idle keep-alive connection (its client reconnects at no
+      // cost), else the one that has been sending its request the longest: at the cap that is
+      // a slow-header/slow-body client, while a normal request is read in milliseconds. When
+      // there is neither, the new connection is refused (503).
+      Connection* victim = nullptr;
+      for (Connection* c : self->connections)
+        if (c->idle()) {
+          victim = c;
+          break;
+        }
+      // A reader is only a victim after a grace time, so a normal request caught mid-read
+      // at the cap is not cut off by a newcomer.
+      const auto grace =
+          Clock::now() - std::min(seconds(1.0), seconds(self->options.request_timeout_s / 2));
+      if (!victim)
+        for (Connection* c : self->connections)
+          if (c->reading() && c->started() < grace && (!victim || c->started() < victim->started()))
+            victim = c;
+      if (victim) {
+        victim->evict();
+      } else {
+        reject = true;
+      }
+    }
+    if (reject && self->rejecting >= kExtraRejecting) {
+      socket.close(ignored);
+    } else {
+      auto c = std::make_shared<Connection>(self, std::move(socket), reject);
+      if (reject) {
+        ++self->rejecting;
+      } else {
+        self->connections.insert(c.get());
+      }
+      c->start();
+    }
+    self->accept();
+  });
 }
 
-HttpServer::~HttpServer() = default;
+void HttpServer::Impl::on_shutdown() {
+  if (!accepting) return;
+  accepting = false;
+  beast::error_code ignored;
+  acceptor.close(ignored);
+  accept_retry.cancel();
+  std::vector<Connection*> idle;
+  for (Connection* c : connections)
+    if (c->idle()) idle.push_back(c);
+  for (Connection* c : idle) c->close();
+  maybe_finish();
+}
+
+HttpServer::HttpServer(ServeOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {
+  const ServeOptions& o = impl_->options;
+  if (o.max_inflight == 0) fail(ErrorKind::kBadInput, "--max-inflight must be at least 1");
+  if (o.max_connections == 0) fail(ErrorKind::kBadInput, "--max-connections must be at least 1");
+  if (o.max_body_total < o.max_body)
+    fail(ErrorKind::kBadInput, "--max-body-total ({}) must be at least --max-body ({})",
+         o.max_body_total, o.max_body);
+  if (o.max_header_bytes < 256 || o.max_header_bytes > (size_t{1} << 30))
+    fail(ErrorKind::kBadInput, "--max-header-bytes must be between 256 and 2^30");
+  for (double t : {o.queue_timeout_s, o.request_timeout_s, o.idle_timeout_s})
+    if (!(t > 0 && t <= 86400))
+      fail(ErrorKind::kBadInput, "timeouts must be between 0 and 86400 seconds, not {}", t);
+}
+
+HttpServer::~HttpServer() {
+  try {
+    shutdown();
+    wait();
+  } catch (...) {  // a destructor does not throw; wait() only joins threads
+  }
+}
 
 int HttpServer::bind() {
   const ServeOptions& o = impl_->options;
-  int port = o.port;
-  if (port == 0) {
-    port = impl_->server.bind_to_any_port(o.host);
-    if (port < 0) port = 0;
-  } else if (port < 0 || port > 65535) {
-    fail(ErrorKind::kBadInput, "--port {} is not a TCP port (0..65535)", port);
-  } else if (!impl_->server.bind_to_port(o.host, port)) {
-    port = 0;
+  if (o.port < 0 || o.port > 65535)
+    fail(ErrorKind::kBadInput, "--port {} is not a TCP port (0..65535)", o.port);
+  // Each connection is a file descriptor; raise the soft limit as far as allowed.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    const rlim_t need = o.max_connections + kExtraRejecting + 64;
+    if (rl.rlim_cur < need) {
+      rl.rlim_cur = std::min<rlim_t>(need, rl.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < need)
+      fail(ErrorKind::kBadInput,
+           "--max-connections {} needs {} file descriptors but the limit is {} (ulimit -n)",
+           o.max_connections, need, rl.rlim_cur);
   }
-  if (port == 0)
-    fail(ErrorKind::kIo, "cannot listen on {}:{} (address in use, or not an address of this host)",
-         o.host, o.port);
-  return port;
+  beast::error_code ec;
+  auto address = asio::ip::make_address(o.host, ec);
+  if (ec) fail(ErrorKind::kIo, "cannot listen on {}:{} (not an IP address)", o.host, o.port);
+  tcp::endpoint endpoint(address, static_cast<unsigned short>(o.port));
+  tcp::acceptor& a = impl_->acceptor;
+  a.open(endpoint.protocol(), ec);
+  // SO_REUSEADDR for quick restarts; never SO_REUSEPORT, which would let a second server bind
+  // the same port silently and split the traffic.
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  // A deep backlog: bursts of new connections wait in the kernel queue, not on SYN retries.
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) fail(ErrorKind::kIo, "cannot listen on {}:{} ({})", o.host, o.port, ec.message());
+  return a.local_endpoint().port();
 }
 
-void HttpServer::run() {
-  impl_->server.listen_after_bind();
+void HttpServer::start() {
+  Impl& s = *impl_;
+  if (s.started) return;
+  s.started = true;
+  s.guard.emplace(s.io.get_executor());
+  s.admission.start();
+  s.accept();
+  s.io_thread = std::thread([&s] { s.io.run(); });
 }
 
-void HttpServer::stop() {
-  impl_->server.stop();
-}
-
-void HttpServer::set_scorer(const Scorer& scorer) {
-  impl_->scorer = &scorer;
+void HttpServer::set_ready(const Scorer& scorer, std::string model_name) {
+  impl_->model = std::move(model_name);
+  impl_->scorer.store(&scorer);
+  Lifecycle expected = Lifecycle::kLoading;
+  impl_->lifecycle.compare_exchange_strong(expected, Lifecycle::kReady);
 }
 
 void HttpServer::drain() {
-  impl_->draining = true;
+  impl_->lifecycle.store(Lifecycle::kDraining);
+}
+
+void HttpServer::shutdown() {
+  drain();
+  if (!impl_->started) return;
+  asio::post(impl_->io, [s = impl_] { s->on_shutdown(); });
+}
+
+void HttpServer::wait() {
+  Impl& s = *impl_;
+  if (!s.started || s.waited) return;
+  s.waited = true;
+  s.io_thread.join();
+  s.admission.stop();  // every job was answered: connections wait for theirs before closing
 }
 
 std::string bundle_model_name(const std::string& bundle_dir) {

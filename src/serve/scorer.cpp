@@ -40,7 +40,7 @@ ScoreResult Scorer::score(std::string_view request_json) const {
   return score(parse_request(request_json));
 }
 
-ScoreResult Scorer::score(const ApiRequest& request) const {
+ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>& gone) const {
   auto start = std::chrono::steady_clock::now();
   Encoding enc = encode_record(tokenizer_, delimiters_, to_record(request), options_.limits);
   if (enc.ids.size() > options_.max_input_tokens)
@@ -55,6 +55,8 @@ ScoreResult Scorer::score(const ApiRequest& request) const {
   bool cached = false;
   auto prefix = state_prefix(enc.state_ids(), &cached);
   result.usage.cached_tokens = cached ? s : 0;
+  if (gone && gone())
+    fail(ErrorKind::kInterrupted, "the client went away before its rows were scored");
 
   // One row per question: its branch continues the state; read <decide> then every </opt>.
   std::vector<RowRequest> rows(enc.rows.size());

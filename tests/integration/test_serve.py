@@ -10,14 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import KEV_BIN, run_kev, synth_bundle  # noqa: E402
+from kevtest import ServeProcess, run_kev, synth_bundle  # noqa: E402
 
 STATE = {"customer": "Ada", "cart": ["tea", "scones"], "note": "asked about delivery"}
 QUESTIONS = {
@@ -46,52 +45,8 @@ def model_name(bundle):
         return json.load(f)["model"]
 
 
-class Server:
-    """A `kev serve --port 0` process; port and model from its listening line."""
-
-    def __init__(self, bundle, *args):
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([KEV_BIN, "serve", "--bundle", bundle, "--port", "0", *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
-        lines = []
-        reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout=60)
-        if not lines or not lines[0]:
-            self.close()
-            raise AssertionError(f"kev serve printed no listening line: {self.stderr()}")
-        self.listening = json.loads(lines[0])
-        url = self.listening["listening"]
-        assert url.startswith("http://127.0.0.1:")
-        self.port = int(url.rsplit(":", 1)[1])
-
-    def stderr(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def request(self, method, path, body=None, headers=None, timeout=120):
-        """Returns (status, headers {lowercase: value}, parsed JSON body)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            if isinstance(body, (dict, list)):
-                body = json.dumps(body)
-            conn.request(method, path, body=body, headers=headers or {})
-            r = conn.getresponse()
-            data = r.read()
-            hdrs = {k.lower(): v for k, v in r.getheaders()}
-            return r.status, hdrs, json.loads(data) if data else None
-        finally:
-            conn.close()
-
-    def score(self, req, timeout=120):
-        return self.request("POST", "/v1/systemone", req, {"Content-Type": "application/json"}, timeout)
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-        self.proc.stdout.close()
-        self.log.close()
+def Server(bundle, *args):
+    return ServeProcess(bundle, *args)
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +94,9 @@ def test_health_and_models(server, model_name):
     assert server.score(REQUESTS[1])[0] == 200
     status, hdrs, health = server.request("GET", "/health")
     assert status == 200 and hdrs["content-type"].startswith("application/json")
-    assert list(health) == ["status", "model", "inflight", "queued", "cache", "ready"]
-    assert health["status"] == "ok" and health["model"] == model_name
-    assert health["inflight"] == 0 and health["queued"] == 0 and health["ready"] is True
+    assert list(health) == ["status", "ready", "model", "inflight", "queued", "cache"]
+    assert health["status"] == "ok" and health["ready"] is True and health["model"] == model_name
+    assert health["inflight"] == 0 and health["queued"] == 0
     cache = health["cache"]
     assert set(cache) == {"entries", "tokens", "hits", "misses"}
     assert all(isinstance(v, int) for v in cache.values())

@@ -6,8 +6,13 @@ length, JSON header, raw little-endian data) with torch doing the dtype work.
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
+import tempfile
+import threading
+import time
+import http.client
 
 import torch
 
@@ -99,3 +104,128 @@ def synth_bundle(directory, *synth_args):
     run_kev("export", "--recipe", recipe, "--base", synth + "/base", "--checkpoint", synth + "/checkpoint",
             "--out", bundle, "--quiet")
     return synth, bundle
+
+
+class ServeProcess:
+    """A `kev serve` process on 127.0.0.1 (--port 0 unless `port` is given); port and model from its
+    listening line (or, with wait_listening=False, the given port and no wait). Always close() it."""
+
+    def __init__(self, bundle, *args, port=0, wait_listening=True, listen_timeout=60):
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([KEV_BIN, "serve", "--bundle", bundle, "--port", str(port), *map(str, args)],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.port = port
+        self.listening = None
+        if wait_listening:
+            self.wait_listening(listen_timeout)
+
+    def wait_listening(self, timeout=60):
+        lines = []
+        reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout=timeout)
+        if not lines or not lines[0]:
+            self.close()
+            raise AssertionError(f"kev serve printed no listening line: {self.stderr()}")
+        self.listening = json.loads(lines[0])
+        url = self.listening["listening"]
+        assert url.startswith("http://127.0.0.1:")
+        self.port = int(url.rsplit(":", 1)[1])
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def rss_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stderr(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        """Returns (status, headers {lowercase: value}, parsed JSON body)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            data = r.read()
+            hdrs = {k.lower(): v for k, v in r.getheaders()}
+            return r.status, hdrs, json.loads(data) if data else None
+        finally:
+            conn.close()
+
+    def score(self, req, timeout=120):
+        return self.request("POST", "/v1/systemone", req, {"Content-Type": "application/json"}, timeout)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        self.log.close()
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 right now (for a server that must be reached before it prints it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def raw_exchange(port, data, timeout=10, half_close=False, chunks=None):
+    """Sends raw bytes (or `chunks`, a list of (bytes, pause_s)) on one connection and reads until the
+    server closes it or `timeout` passes; returns (bytes received, closed_by_server)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        end = time.monotonic() + timeout
+        try:
+            for piece, pause in (chunks or [(data, 0)]):
+                s.sendall(piece)
+                if pause:
+                    time.sleep(pause)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
+        except OSError:  # the server may close while we are still sending
+            pass
+        out = b""
+        while time.monotonic() < end:
+            s.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                got = s.recv(65536)
+            except socket.timeout:
+                return out, False
+            except ConnectionResetError:
+                return out, True
+            if not got:
+                return out, True
+            out += got
+        return out, False
+
+
+def parse_responses(data):
+    """Splits a byte stream into HTTP/1.1 responses framed by Content-Length (what kev serve sends):
+    [(status, {lowercase header: value}, body bytes)]. Raises on a stream that does not parse."""
+    out = []
+    while data:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if not sep:
+            raise AssertionError(f"incomplete response head: {data[:200]!r}")
+        lines = head.decode("latin-1").split("\r\n")
+        version, status = lines[0].split(" ", 2)[:2]
+        assert version in ("HTTP/1.1", "HTTP/1.0"), lines[0]
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        n = int(headers.get("content-length", "0"))
+        if len(rest) < n:
+            raise AssertionError("truncated response body")
+        out.append((int(status), headers, rest[:n]))
+        data = rest[n:]
+    return out

@@ -1,24 +1,31 @@
-// HttpServer: the System1-Omni-compatible HTTP API over one Scorer (REFERENCE.md section 8).
+// HttpServer: the System1-Omni-compatible HTTP API over one Scorer (REFERENCE.md section 8), on
+// Boost.Beast/Asio (HTTP/1.1 parsing by Beast; framing policy, limits and lifecycle here).
 //
 //   POST /v1/systemone  request JSON -> the Scorer's response JSON (application/json)
-//   GET  /health        {"status":"ok","model","ready","inflight","queued","cache":{...}}
-//   GET  /health/live   200 {"status":"live"} whenever the process answers at all
-//   GET  /health/ready  200 {"status":"ready","model"} when loaded and not draining, else
-//                       503 + Retry-After: 1 with {"status":"loading"} or {"status":"draining"}
-//   GET  /v1/models
-//   {"object":"list","data":[{"id":<model>,"object":"model"},{"id":"kev-latest",...}]}
+//   GET  /health        {"status":"ok"|"loading"|"draining","ready","model","inflight","queued",
+//                        "cache":{...}}
+//   GET  /health/live   200 {"status":"live"} whenever the process answers HTTP
+//   GET  /health/ready  200 {"status":"ready","model"} when loaded and not draining, else 503
+//                       (Retry-After: 1) {"status":"loading"|"draining"}
+//   GET  /v1/models     {"object":"list","data":[{"id":<model>,...},{"id":"kev-latest",...}]}
 //
-// Contract: every error is {"detail": msg} with 400 malformed JSON, 413 body over max_body,
-// 422 invalid semantics / context overflow / unknown model, 503 busy (with Retry-After),
-// 500 internal, 404 unknown path, 405 wrong method on a known path. A request either gets the
-// whole response or an error, never partial answers.
-// Admission: at most max_inflight requests score at once and at most max_queue wait for a
-// slot; any request beyond that is answered 503 at once. The connection thread pool is sized
-// so that admitted + rejected requests never wait behind each other inside the HTTP layer.
-// Lifecycle: a server built without a Scorer answers /v1/* with 503 + Retry-After ("loading")
-// until set_scorer(); drain() turns it not-ready (it keeps serving normally until stop()).
-// stop() (thread-safe, e.g. from a signal watcher) stops accepting; run() returns after every
-// request already read has been answered.
+// Contract: every error is {"detail": msg}, valid UTF-8 JSON whatever the client sent (paths,
+// methods and model names are shown as printable ASCII, other bytes as %XX):
+// 400 malformed JSON or HTTP framing (the connection is then closed), 413 body over max_body
+// (refused on its declaration, or while reading a chunked body), 415 any Content-Encoding,
+// 417 an Expect other than 100-continue, 431 header section over its limits, 422 invalid
+// semantics / context overflow / unknown model / JSON over its key or element limits, 503 busy,
+// loading, queue wait over queue_timeout, or connections / request bodies in memory over their
+// caps (always with Retry-After), 500 internal, 404, 405 (Allow).
+// A request either gets the whole response or an error, never partial answers. Requests on one
+// connection (pipelined or not) are answered in order.
+// Admission: at most max_inflight requests score at once; at most max_queue wait, first in first
+// out, each at most queue_timeout_s; beyond that a request is answered 503 at once. A request
+// whose client reset the connection stops before scoring or after its state prefix (499).
+// Lifecycle (thread-safe calls, e.g. from a signal watcher): bind() listens at once; start()
+// serves in background threads (/v1/* answers 503 "loading"); set_ready() makes it score;
+// drain() turns /health/ready to 503 but keeps serving; shutdown() stops accepting, closes idle
+// connections, answers every request already received; wait() returns when all are answered.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -33,32 +40,38 @@ struct ServeOptions {
   int port = 8000;  // 0: any free port
   size_t max_inflight = 1;
   size_t max_queue = 16;
+  double queue_timeout_s = 30;  // longest wait for a scoring slot, then 503
   size_t max_body = size_t{4} << 20;
+  size_t max_body_total = size_t{256} << 20;  // every body in memory at once, else 503 + close
+  size_t max_connections = 1024;  // beyond: an idle or the slowest reader is closed, else 503
+  size_t max_header_bytes = 16384;
+  size_t max_headers = 100;
+  double request_timeout_s = 10;  // first byte to last body byte, and each response write
+  double idle_timeout_s = 5;      // keep-alive wait for the next request's first byte
+  JsonLimits json = {.max_object_keys = 16384, .max_array_elements = 16384};
   bool log_requests = true;  // one line per request on stderr
 };
 
 class HttpServer {
  public:
-  // model_name: the bundle's model (kev_export.json "model"); "kev-latest" is its alias.
-  HttpServer(const Scorer& scorer, std::string model_name, ServeOptions options);
-  // Not ready until set_scorer(): binds and answers health while the bundle loads.
-  HttpServer(std::string model_name, ServeOptions options);
-  ~HttpServer();
+  explicit HttpServer(ServeOptions options);
+  ~HttpServer();  // shutdown() + wait()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds host:port; returns the bound port. Error(kIo) naming the address on failure.
+  // Binds and listens on host:port; returns the bound port. Error(kIo) naming the address.
   int bind();
-  // Serves until stop(); returns once every accepted request has been answered.
-  void run();
-  void stop();
-  // Thread-safe. `scorer` must outlive run().
-  void set_scorer(const Scorer& scorer);
+  void start();
+  // The scorer must outlive wait(). model_name: the bundle's model; "kev-latest" is its alias.
+  void set_ready(const Scorer& scorer, std::string model_name);
   void drain();
+  void shutdown();
+  void wait();
 
  private:
+  friend class Connection;
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 // The served model's name from a bundle's manifest (kev_export.json "model").

@@ -11,6 +11,7 @@
 // score() calls share the model, head, tokenizer and cache read-only / under the cache's lock.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -53,7 +54,9 @@ class Scorer {
  public:
   Scorer(const std::string& bundle_dir, ScorerOptions options = {});
   ScoreResult score(std::string_view request_json) const;
-  ScoreResult score(const ApiRequest& request) const;
+  // gone(), when given, is asked between the state prefix and the rows (the one safe point where
+  // work can stop without leaving anything half-made); true -> Error(kInterrupted), no answer.
+  ScoreResult score(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
 
   const Model& model() const { return *model_; }
   const PointerHead& head() const { return head_; }

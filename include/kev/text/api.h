@@ -21,6 +21,7 @@
 //   (1 when L=1)}. Values rounded to `decimals` (Python round(x, n); default 4 as upstream;
 //   negative: unrounded). Sums run left to right in double.
 #pragma once
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -51,8 +52,16 @@ struct ApiRequest {
 inline constexpr size_t kMaxOptions = 255;
 inline constexpr int kMaxJsonDepth = 64;  // request bodies nested deeper are refused (422)
 
-OrderedJson parse_json_strict(std::string_view text, std::string_view what);
-ApiRequest parse_request(std::string_view json_text);
+// Bounds on one JSON value's containers (a server's defence; unlimited by default). Parsing
+// is linear in the text whatever they are.
+struct JsonLimits {
+  size_t max_object_keys = SIZE_MAX;     // keys of any one object
+  size_t max_array_elements = SIZE_MAX;  // elements of any one array
+};
+
+OrderedJson parse_json_strict(std::string_view text, std::string_view what,
+                              const JsonLimits& limits = {});
+ApiRequest parse_request(std::string_view json_text, const JsonLimits& limits = {});
 ApiRequest request_from_json(const OrderedJson& body);
 std::string render(const OrderedJson& value, int indent = 0);
 std::string python_float_repr(double v);
