@@ -4,6 +4,7 @@
 // once, keep serving for --drain-delay seconds, then stop accepting, answer every accepted
 // request and exit 0; further signals change nothing.
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -34,6 +35,9 @@ int run_serve(ServeCliOptions& o) {
     fail(ErrorKind::kBadInput, "--drain-delay must be between 0 and 3600 seconds");
   o.serve.log_requests = !o.quiet;
   std::optional<Scorer> scorer;  // outlives the server, which answers from it until wait()
+  // The request log goes to stderr: if that is a pipe whose reader has gone, a write must fail
+  // (EPIPE), not kill the server mid-request. Sockets already write with MSG_NOSIGNAL.
+  std::signal(SIGPIPE, SIG_IGN);
   HttpServer server(o.serve);
   const int port = server.bind();
   server.start();  // /health/live answers, /health/ready and /v1/* say "loading"

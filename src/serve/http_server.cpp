@@ -349,7 +349,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   Phase phase() const { return phase_; }
-  bool idle() const { return phase_ == Phase::kIdle && buffer_.size() == 0; }
+  // Waiting for a next request with nothing of it received: no bytes in our buffer or in the
+  // kernel's, so closing it cannot drop a request the client has already sent.
+  bool idle() {
+    beast::error_code ec;
+    return phase_ == Phase::kIdle && buffer_.size() == 0 && stream_.socket().available(ec) == 0 &&
+           !ec;
+  }
+  // Idle after serving at least one request: a keep-alive connection whose client can reconnect
+  // at no cost (a brand-new connection is not idle in this sense; newcomers must not evict each
+  // other at the connection cap).
+  bool idle_between_requests() { return served_ > 0 && idle(); }
   bool reading() const { return phase_ == Phase::kReading; }
   Clock::time_point started() const { return start_; }
   void evict() {
@@ -369,6 +379,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_.expires_after(seconds(opt().idle_timeout_s));
     stream_.async_read_some(buffer_.prepare(4096),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              // Closed meanwhile (shutdown or the cap): a completion already
+                              // queued must not start a request on a closed connection.
+                              if (self->phase_ == Phase::kClosed) return;
                               self->buffer_.commit(n);
                               if (ec || n == 0) return self->close();
                               self->begin_request();
@@ -387,9 +400,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(opt().max_header_bytes));
     parser_->body_limit(opt().max_body);
-    http::async_read_header(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (self->phase_ != Phase::kClosed) self->on_header(ec);
+                            });
   }
 
   void on_read_error(beast::error_code ec) {
@@ -435,7 +449,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return http::async_write(stream_, *cont,
                                [self = shared_from_this(), cont](beast::error_code ec, size_t) {
                                  if (ec) return self->close();
-                                 self->read_body();
+                                 if (self->phase_ != Phase::kClosed) self->read_body();
                                });
     }
     read_body();
@@ -444,6 +458,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_body() {
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (self->phase_ == Phase::kClosed) return;
                        if (ec) return self->on_read_error(ec);
                        self->handle();
                      });
@@ -564,8 +579,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void send(Reply r) {
+    if (phase_ == Phase::kClosed) return;  // a worker's reply for a connection closed meanwhile
     release();
     phase_ = Phase::kWriting;
+    ++served_;
     status_ = r.status;
     const unsigned version =
         parser_ && parser_->is_header_done() && parser_->get().version() == 10 ? 10 : 11;
@@ -580,6 +597,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       (srv_->accepting || buffer_.size() > 0);
     res->keep_alive(keep);
     res->prepare_payload();
+    // The request (and any body an unscored request carried) is no longer needed: free it now,
+    // since release() has already returned its bytes to --max-body-total.
+    parser_.reset();
     stream_.expires_after(seconds(opt().request_timeout_s));
     http::async_write(
         stream_, *res,
@@ -642,6 +662,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool logged_ = false;
   size_t discarded_ = 0;
   size_t reserved_ = 0;  // of srv_->body_bytes
+  size_t served_ = 0;    // replies sent on this connection
 };
 
 void HttpServer::Impl::connection_closed(Connection* c) {
@@ -675,7 +696,7 @@ void HttpServer::Impl::accept() {
       // there is neither, the new connection is refused (503).
       Connection* victim = nullptr;
       for (Connection* c : self->connections)
-        if (c->idle()) {
+        if (c->idle_between_requests()) {
           victim = c;
           break;
         }
@@ -723,8 +744,11 @@ void HttpServer::Impl::on_shutdown() {
 
 HttpServer::HttpServer(ServeOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {
   const ServeOptions& o = impl_->options;
-  if (o.max_inflight == 0) fail(ErrorKind::kBadInput, "--max-inflight must be at least 1");
-  if (o.max_connections == 0) fail(ErrorKind::kBadInput, "--max-connections must be at least 1");
+  if (o.max_inflight == 0 || o.max_inflight > 1024)
+    fail(ErrorKind::kBadInput, "--max-inflight must be between 1 and 1024");
+  if (o.max_connections == 0 || o.max_connections > 1000000)
+    fail(ErrorKind::kBadInput, "--max-connections must be between 1 and 1000000");
+  if (o.max_queue > 1000000) fail(ErrorKind::kBadInput, "--max-queue must be at most 1000000");
   if (o.max_body_total < o.max_body)
     fail(ErrorKind::kBadInput, "--max-body-total ({}) must be at least --max-body ({})",
          o.max_body_total, o.max_body);
@@ -783,7 +807,18 @@ void HttpServer::start() {
   s.guard.emplace(s.io.get_executor());
   s.admission.start();
   s.accept();
-  s.io_thread = std::thread([&s] { s.io.run(); });
+  s.io_thread = std::thread([&s] {
+    // A handler that throws (e.g. bad_alloc) costs its connection, not the process: log it and
+    // keep running the loop (Asio allows run() again after an exception).
+    for (;;) {
+      try {
+        s.io.run();
+        return;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "kev serve: internal error in the I/O loop: %s\n", e.what());
+      }
+    }
+  });
 }
 
 void HttpServer::set_ready(const Scorer& scorer, std::string model_name) {
