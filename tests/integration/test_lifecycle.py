@@ -70,13 +70,13 @@ def test_live_and_ready_when_loaded(bundle):
 
 
 def test_sigterm_turns_not_ready_serves_through_drain_delay_then_exits_0(bundle):
-    proc, port = start(bundle, "--drain-delay", 2)
+    proc, port = start(bundle, "--drain-delay", 5)
     try:
         status, _, expected = get(port, "POST", "/v1/systemone", REQ)
         assert status == 200
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        # Not ready within a few polls (the signal watcher polls every 20 ms).
+        # Not ready within a few polls (the signal watcher polls every 50 ms).
         deadline = t0 + 1.0
         status = None
         while time.monotonic() < deadline:
@@ -90,9 +90,9 @@ def test_sigterm_turns_not_ready_serves_through_drain_delay_then_exits_0(bundle)
         # Still serving normally during the drain delay, on new connections.
         status, _, body = get(port, "POST", "/v1/systemone", REQ)
         assert status == 200 and body["answers"] == expected["answers"]
-        assert time.monotonic() - t0 < 1.5, "the checks above took longer than the drain delay"
+        assert time.monotonic() - t0 < 4.5, "the checks above took longer than the drain delay"
         assert proc.wait(timeout=30) == 0
-        assert time.monotonic() - t0 >= 1.9  # it waited for the drain delay
+        assert time.monotonic() - t0 >= 4.9  # it waited for the drain delay
         with pytest.raises(OSError):
             get(port, "GET", "/health/live")
     finally:
