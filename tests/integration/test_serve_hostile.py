@@ -410,7 +410,10 @@ def test_sigterm_finishes_all_accepted(bundle):
                    for _ in range(24)]
         for t in threads:
             t.start()
-        assert wait_for(lambda: s.request("GET", "/health")[2]["queued"] >= 4, timeout=30)
+        def accepted():  # every client's request is received: answered, scoring or queued
+            h = s.request("GET", "/health")[2]
+            return len(results) + h["inflight"] + h["queued"] >= 24
+        assert wait_for(accepted, timeout=60)
         s.proc.send_signal(signal.SIGTERM)
         time.sleep(0.2)
         s.proc.send_signal(signal.SIGTERM)  # a second signal drops nothing
