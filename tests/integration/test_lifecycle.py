@@ -9,13 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import KEV_BIN, synth_bundle  # noqa: E402
+from kevtest import KEV_BIN, port_of, read_listening, synth_bundle  # noqa: E402
 
 REQ = {"state": "lifecycle state", "questions": {"q": {"type": "noul", "instructions": "Refund?"}}}
 
@@ -28,15 +27,12 @@ def bundle(tmp_path_factory):
 def start(bundle, *args):
     proc = subprocess.Popen([KEV_BIN, "serve", "--bundle", bundle, "--port", "0", "--quiet", *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    lines = []
-    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout=60)
-    if not lines or not lines[0]:
+    listening = read_listening(proc)
+    if listening is None:
         proc.kill()
         proc.wait(timeout=30)
         raise AssertionError("kev serve printed no listening line")
-    return proc, int(json.loads(lines[0])["listening"].rsplit(":", 1)[1])
+    return proc, port_of(listening)
 
 
 def stop(proc):

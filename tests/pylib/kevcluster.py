@@ -21,7 +21,23 @@ HAPROXY_REASON = "haproxy is not installed (scripts/setup.sh installs Debian's h
 STATE_KEY = "X-Kev-State-Key"
 
 
+def read_listening(proc, timeout=60):
+    """The parsed {"listening": ..., "model": ...} line a starting `kev serve` prints on stdout,
+    or None if it printed nothing within `timeout` seconds (read on a thread: readline blocks)."""
+    lines = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout=timeout)
+    return json.loads(lines[0]) if lines and lines[0] else None
+
+
+def port_of(listening):
+    """The port of a listening line's "http://host:port"."""
+    return int(listening["listening"].rsplit(":", 1)[1])
+
+
 def free_port():
+    """A TCP port free on 127.0.0.1 right now (for a server that must be reached before it prints it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -58,14 +74,11 @@ class Replica:
         self.proc = subprocess.Popen(
             [self.kev_bin, "serve", "--bundle", self.bundle, "--port", str(self.port), "--quiet", *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        lines = []
-        reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout=timeout)
-        if not lines or not lines[0]:
+        listening = read_listening(self.proc, timeout)
+        if listening is None:
             self.kill()
             raise RuntimeError(f"kev serve on port {self.port} printed no listening line")
-        self.port = int(json.loads(lines[0])["listening"].rsplit(":", 1)[1])
+        self.port = port_of(listening)
 
     @property
     def pid(self):

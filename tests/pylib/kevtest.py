@@ -10,11 +10,12 @@ import socket
 import struct
 import subprocess
 import tempfile
-import threading
 import time
 import http.client
 
 import torch
+
+from kevcluster import free_port, port_of, read_listening  # noqa: F401 (re-exported for tests)
 
 SOURCE_DIR = os.environ.get("KEV_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 KEV_BIN = os.environ.get("KEV_BIN", os.path.join(SOURCE_DIR, "build", "release", "kev"))
@@ -120,14 +121,10 @@ class ServeProcess:
             self.wait_listening(listen_timeout)
 
     def wait_listening(self, timeout=60):
-        lines = []
-        reader = threading.Thread(target=lambda: lines.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout=timeout)
-        if not lines or not lines[0]:
+        self.listening = read_listening(self.proc, timeout)
+        if self.listening is None:
             self.close()
             raise AssertionError(f"kev serve printed no listening line: {self.stderr()}")
-        self.listening = json.loads(lines[0])
         url = self.listening["listening"]
         assert url.startswith("http://127.0.0.1:")
         self.port = int(url.rsplit(":", 1)[1])
@@ -170,13 +167,6 @@ class ServeProcess:
             self.proc.wait(timeout=30)
         self.proc.stdout.close()
         self.log.close()
-
-
-def free_port():
-    """A TCP port free on 127.0.0.1 right now (for a server that must be reached before it prints it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def raw_exchange(port, data, timeout=10, half_close=False, chunks=None):
