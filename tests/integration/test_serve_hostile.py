@@ -290,7 +290,12 @@ def test_fifo_admission_and_queue_deadline(bundle):
             assert wait_for(lambda: s.request("GET", "/health")[2]["queued"] == i + 1)
         for t in [first, *waiting]:
             t.join(timeout=120)
-        logged = re.findall(r"POST /v1/systemone\?(w\d) ", s.stderr())
+        # The server logs a request once its answer is written, so a client can read the last
+        # answer a moment before that line appears: wait for all four lines.
+        def logged_tags():
+            return re.findall(r"POST /v1/systemone\?(w\d) ", s.stderr())
+        wait_for(lambda: len(logged_tags()) >= 4, timeout=10)
+        logged = logged_tags()
         assert logged == ["w0", "w1", "w2", "w3"], (logged, order)  # first come, first served
         # The blocker takes ~1 s per question here: either it finished inside 4 s (all 200) or the
         # waiting requests got 503 + Retry-After at their deadline, never a later 200.
