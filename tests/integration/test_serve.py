@@ -76,7 +76,7 @@ def test_answers_equal_kev_score(bundle, server):
         assert got["answers"] == want["answers"]
         assert got["usage"]["input_tokens"] == want["usage"]["input_tokens"]
         assert got["usage"]["state_tokens"] == want["usage"]["state_tokens"]
-        assert got["usage"]["output_tokens"] == 0
+        assert got["usage"]["output_tokens"] == want["usage"]["output_tokens"] > 0
 
 
 def test_model_name_and_alias(bundle, server, model_name):
