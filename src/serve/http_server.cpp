@@ -252,7 +252,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::atomic<const Scorer*> scorer{nullptr};
   BundleInfo bundle;  // written before scorer is published, read after it is seen
   const std::string& model = bundle.model;
-  mutable std::atomic<uint64_t> passes{0};  // scoring passes run (each request is its own batch)
+  mutable std::atomic<uint64_t> passes{0};  // scoring passes answered (each its own batch)
   bool started = false, waited = false;
 
   // I/O thread only.
@@ -292,16 +292,18 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       if (endpoint == Endpoint::kPermute) {
         PermuteRequest p =
             permute_request_from_json(parse_json_strict(body, "the request body", options.json));
+        Reply r = json_reply(200, s.permute(p, gone));
         passes += static_cast<uint64_t>(p.n_perm);
-        return json_reply(200, s.permute(p, gone));
+        return r;
       }
       ApiRequest request = parse_request(body, options.json);
       if (endpoint == Endpoint::kSeparate) {
+        Reply r = json_reply(200, s.separate(request, gone));
         passes += request.questions.size();
-        return json_reply(200, s.separate(request, gone));
+        return r;
       }
-      ++passes;
       ScoreResult result = s.score(request, gone);
+      ++passes;
       return json_reply(200, result.response);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInterrupted && gone && gone()) {
@@ -725,7 +727,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (echo) res->set(http::field::vary, "Origin");
     }
     // Upstream's typesafe middleware, on every response.
-    res->set("x-typesafe-request-id", request_id_.empty() ? srv_->new_request_id() : request_id_);
+    if (request_id_.empty()) request_id_ = srv_->new_request_id();  // kept for this request's log
+    res->set("x-typesafe-request-id", request_id_);
     res->set("server-timing",
              fmt::format("app;dur={:.1f}",
                          std::chrono::duration<double, std::milli>(Clock::now() - start_).count()));
@@ -795,8 +798,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reject_;
   Phase phase_ = Phase::kIdle;
   Clock::time_point start_ = Clock::now();
-  std::string method_, path_;          // printable; empty until the request line is parsed
-  std::string request_id_;             // the client's x-typesafe-request-id when sane, else empty
+  std::string method_, path_;  // printable; empty until the request line is parsed
+  std::string request_id_;     // the client's x-typesafe-request-id when sane, else the reply's own
   std::optional<std::string> origin_;  // the request's Origin header
   bool cookie_ = false;                // the request carries a Cookie header
   int status_ = 0;
