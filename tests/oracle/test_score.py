@@ -139,8 +139,8 @@ def test_truncating_mode_matches_the_reference(setup):
     worst = [0.0]
     for n, r in zip(native, ref):
         assert r["encoding"]["truncated"]
-        assert n["usage"]["state_tokens"] == 12
-        assert n["usage"]["truncated_state_tokens"] == r["encoding"]["state_tokens"]
+        assert n["usage"]["state_tokens_used"] == 12 and n["truncated"] is True
+        assert n["usage"]["state_tokens"] == r["encoding"]["state_tokens"]
         compare(n, r, worst)
     # Strict mode refuses the same requests, one error object per line, 422.
     proc, strict = score_stream(setup["bundle"], reqs, "--max-state", "12")
