@@ -95,7 +95,10 @@ def compare(native, ref, worst):
     assert "detail" not in native, native
     enc = ref["encoding"]
     assert native["usage"]["input_tokens"] == len(enc["ids"])
-    assert native["usage"]["state_tokens"] == enc["state_length"]
+    # Upstream's usage: state_tokens is the whole state; state_tokens_used what was read
+    # (given when the scorer truncates).
+    assert native["usage"]["state_tokens"] == enc["state_tokens"]
+    assert native["usage"].get("state_tokens_used", enc["state_length"]) == enc["state_length"]
     assert list(native["answers"]) == list(ref["answers"])
     for qid, want in ref["answers"].items():
         got = native["answers"][qid]
