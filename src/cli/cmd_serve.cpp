@@ -176,6 +176,9 @@ const bool registered = register_command(
                      "most keys in any one JSON object of a request, else 422 (default 16384)");
       app.add_option("--max-json-elements", o->serve.json.max_array_elements,
                      "most elements in any one JSON array of a request, else 422 (default 16384)");
+      app.add_option("--max-json-depth", o->serve.json.max_depth,
+                     "deepest JSON nesting in a request, else 422 (default 64)")
+          ->check(CLI::Range(1, kMaxJsonDepthLimit));
       app.add_option("--drain-delay", o->drain_delay_s,
                      "after SIGTERM, seconds to keep serving while not ready (default 0)");
       app.add_option("--api-key-file", o->api_key_file,

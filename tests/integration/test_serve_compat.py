@@ -697,3 +697,23 @@ def test_date_facts_change_the_input(server, date_server):
     with_facts = score(date_server, {"state": state, "questions": {"n": NOUL}})
     without = score(server, {"state": state, "questions": {"n": NOUL}})
     assert with_facts["usage"]["input_tokens"] > without["usage"]["input_tokens"]
+
+
+# Limits kept from before, now flags: JSON nesting (--max-json-depth).
+
+def test_max_json_depth_flag(bundle):
+    def nested(n):
+        v = "x"
+        for _ in range(n - 1):
+            v = {"k": v}
+        return v
+    s = ServeProcess(bundle, "--max-state", MAX_STATE, "--max-json-depth", 8)
+    try:
+        # The body object is level 1, "state" level 2: a state of depth 6 makes 7 levels.
+        assert post(s, "/v1/systemone", {"state": nested(6), "questions": {"n": NOUL}})[0] == 200
+        status, _, err = post(s, "/v1/systemone", {"state": nested(9), "questions": {"n": NOUL}})
+        assert status == 422 and "8 levels" in err["detail"]
+    finally:
+        s.close()
+    proc = run_kev("serve", "--bundle", bundle, "--port", 0, "--max-json-depth", 2000, check=False, timeout=60)
+    assert proc.returncode != 0 and "max-json-depth" in proc.stderr
