@@ -717,3 +717,31 @@ def test_max_json_depth_flag(bundle):
         s.close()
     proc = run_kev("serve", "--bundle", bundle, "--port", 0, "--max-json-depth", 2000, check=False, timeout=60)
     assert proc.returncode != 0 and "max-json-depth" in proc.stderr
+
+
+def test_replay_against_configured_server(bundle, server):
+    """The replay once more against a server configured as an upstream deployment would be
+    (KEV_API_KEY, KEV_TRUNCATE_STATES=1, KEV_DATE_FACTS=1): every contract at once."""
+    s = serve_env(bundle, {"KEV_API_KEY": KEY, "KEV_TRUNCATE_STATES": "1", "KEV_DATE_FACTS": "1"})
+    try:
+        for i, req in enumerate(REPLAY):
+            status, hdrs, err = post(s, "/v1/systemone", req, {"x-typesafe-request-id": f"c-{i}"})
+            assert status == 401 and hdrs["www-authenticate"] == "Bearer" and hdrs["x-typesafe-request-id"] == f"c-{i}"
+            status, hdrs, got = post(s, "/v1/systemone", req, {"Authorization": f"Bearer {KEY}",
+                                                                 "x-typesafe-request-id": f"c-{i}",
+                                                                 "Origin": "https://frontend.example"})
+            assert status == 200, got
+            assert hdrs["x-typesafe-request-id"] == f"c-{i}" and TIMING_RE.match(hdrs["server-timing"])
+            assert hdrs["access-control-allow-origin"] == "*"
+            assert got["model"] == req.get("model", "kev-latest")
+            assert list(got) == ["model", "answers", "usage", "latency_ms", "truncated"] and got["truncated"] is False
+            assert got["usage"]["state_tokens"] == got["usage"]["state_tokens_used"]
+            assert got["usage"]["output_tokens"] == tokens_of(bundle, json.dumps(got["answers"]))
+            # Same answers as the plain server given the state Python's date rule makes.
+            want = score(server, {**req, "state": py_with_date_facts(req["state"])})
+            assert got["answers"] == want["answers"] and got["usage"]["input_tokens"] == want["usage"]["input_tokens"]
+        models = s.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})[2]["models"]
+        assert [m["name"] for m in models] == ["kev-latest", "jev-latest"] and models[0]["truncate_states"] is True
+        assert KEY not in s.stderr()
+    finally:
+        s.close()
