@@ -19,7 +19,9 @@ import uuid
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
 from kevtest import ServeProcess, parse_responses, raw_exchange, run_kev, synth_bundle  # noqa: E402
+from encode_reference import render as render_reference  # noqa: E402  (upstream's render, in Python)
 
 MAX_STATE = 256
 CHOICE = {"type": "choice", "instructions": "Which channel should handle this?",
@@ -581,24 +583,13 @@ def test_env_configuration(bundle):
 
 
 # Date facts (KEV_DATE_FACTS=1): an independent Python version of upstream's documented rule
-# (kev/api.py date_facts / with_date_facts: Python's re and datetime.strptime), applied here to
-# the state, must give the same model input as the server's own preprocessing.
+# (kev/api.py date_facts / with_date_facts: Python's re and datetime.strptime; render from the
+# encoding oracle), applied here to the state, must give the same model input as the server's
+# own preprocessing.
 
 MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 PY_DATE = re.compile(rf"\b(?:{MONTHS}) \d{{1,2}}, \d{{4}}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b")
 PY_SUFFIX = re.compile(r"(?:\n\ndate_facts: [^\n]*)+$")
-
-
-def py_render(v, indent=0):
-    pad = "  " * indent
-    if v is None:
-        return ""
-    if isinstance(v, (str, int, float, bool)):
-        return str(v)
-    if isinstance(v, list):
-        return "\n".join(f"{pad}- {py_render(x, indent + 1).lstrip()}" for x in v)
-    return "\n".join(f"{pad}{k}:\n{py_render(x, indent + 1)}" if isinstance(x, (dict, list)) else f"{pad}{k}: {py_render(x)}"
-                     for k, x in v.items())
 
 
 def py_date_facts(text):
@@ -630,7 +621,7 @@ def py_with_date_facts(state):
         state = [v for v in state if not (isinstance(v, dict) and set(v) == {"date_facts"})]
     elif isinstance(state, str):
         state = PY_SUFFIX.sub("", state)
-    facts = py_date_facts(py_render(state))
+    facts = py_date_facts(render_reference(state))
     if not facts:
         return state
     if isinstance(state, dict):
