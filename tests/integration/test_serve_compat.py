@@ -646,6 +646,7 @@ DATE_STATES = [
     {"a": "2026-01-01", "date_facts": "stale", "b": "2026-01-03"},
     ["2026-01-01", {"date_facts": "stale"}, {"date_facts": "x", "other": 1}, "2025-12-25"],
     {"deep": {"deeper": [{"when": "July 22, 2026"}, "August 3, 2026"]}},
+    "Boundaries as Python's \\b: combining a\u03002026-01-01 and connector \u203f2026-01-02, not \u00e92026-01-03.",
     "No dates at all",
     42,
     None,
