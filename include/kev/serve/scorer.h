@@ -9,12 +9,20 @@
 // answers). A cached prefix is shared immutably; a question's answer does not depend on the
 // other questions in the request or on whether its state was cached. Thread-safe: concurrent
 // score() calls share the model, head, tokenizer and cache read-only / under the cache's lock.
+// score_batch() scores several requests with the question rows of all of them in one model pass
+// (each on its own cached or fresh state prefix): every request gets bitwise the response, usage
+// and error that score() alone would give it (latency_ms aside), and one request's error never
+// fails another's.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kev/head/pointer_head.h"
 #include "kev/model/model.h"
@@ -50,6 +58,18 @@ struct ScoreResult {
   std::vector<std::vector<double>> probabilities;  // per question, option order (unrounded)
 };
 
+// One request of a score_batch() call; the request must outlive the call.
+struct ScoreJob {
+  const ApiRequest* request = nullptr;
+  std::function<bool()> gone;  // as in score(): asked after this request's state prefix
+};
+
+// Either result (error null) or the exception score() would have thrown for this request alone.
+struct ScoreOutcome {
+  ScoreResult result;
+  std::exception_ptr error;
+};
+
 class Scorer {
  public:
   Scorer(const std::string& bundle_dir, ScorerOptions options = {});
@@ -57,6 +77,11 @@ class Scorer {
   // gone(), when given, is asked between the state prefix and the rows (the one safe point where
   // work can stop without leaving anything half-made); true -> Error(kInterrupted), no answer.
   ScoreResult score(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
+  // Scores jobs together, outcomes in job order: each request is encoded and gets its state
+  // prefix (cached, else computed, one request after the other) and its gone() check, then the
+  // rows of every request still going run in one Model::run_rows pass. latency_ms of each is
+  // measured from the start of the call to its own answer.
+  std::vector<ScoreOutcome> score_batch(std::span<const ScoreJob> jobs) const;
 
   const Model& model() const { return *model_; }
   const PointerHead& head() const { return head_; }
@@ -64,8 +89,12 @@ class Scorer {
   const PrefixCache<PrefixState>& cache() const { return *cache_; }
 
  private:
+  struct Pending;  // one request between its stages (scorer.cpp)
   std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids,
                                                   bool* cached) const;
+  void prepare(Pending& p) const;
+  void finish(Pending& p, std::vector<RowResult> hidden,
+              std::chrono::steady_clock::time_point start) const;
 
   ScorerOptions options_;
   Tokenizer tokenizer_;
