@@ -22,6 +22,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_set>
+#include <variant>
 #include <vector>
 
 #include "kev/core/error.h"
@@ -83,39 +84,55 @@ Reply detail(int status, const std::string& message, bool close = false) {
   return r;
 }
 
-// FIFO admission: max_inflight worker threads take jobs in arrival order; at most max_queue wait.
-// A job waiting longer than its deadline is expired (answered 503) by a sweeper thread, so a
-// long-running request never makes the queued ones wait past their deadline.
+// One POST /v1/systemone in the admission queue.
+struct ScoreTask {
+  std::shared_ptr<const std::string> body;
+  int fd = -1;  // the client's socket, polled for a reset (peer_reset)
+  // On a worker thread, with the task's reply (or cancelled); returns what sends it, to be run
+  // once the request no longer counts as in flight.
+  std::function<std::function<void()>(Reply)> reply;
+};
+
+// FIFO admission: max_inflight worker threads each take up to max_batch jobs from the front of
+// the queue (what is there when the worker is free; it never waits for more) and score them in
+// one pass; at most max_queue wait. A job waiting longer than its deadline is expired (answered
+// 503) by a sweeper thread, or by the worker that finds it expired, so a long-running pass never
+// makes the queued ones wait past their deadline.
 class Admission {
  public:
   struct Job {
     Clock::time_point deadline;
-    // On a worker thread; returns what to do once the slot is free again (sending the reply),
-    // so that a client never sees its answer while /health still counts it in flight.
-    std::function<std::function<void()>()> run;
+    std::shared_ptr<ScoreTask> task;
     std::function<void()> expire;  // on the sweeper or a worker thread
   };
+  // On a worker thread: scores the tasks of one batch (FIFO order) and returns, per task, what
+  // sends its reply (run once the batch is no longer counted in flight).
+  using Runner = std::function<std::vector<std::function<void()>>(
+      const std::vector<std::shared_ptr<ScoreTask>>&)>;
 
-  Admission(size_t max_inflight, size_t max_queue, Clock::duration wait)
-      : max_inflight_(max_inflight), max_queue_(max_queue), wait_(wait) {}
+  Admission(size_t max_inflight, size_t max_queue, size_t max_batch, Clock::duration wait)
+      : max_inflight_(max_inflight), max_queue_(max_queue), max_batch_(max_batch), wait_(wait) {}
 
-  void start() {
+  void start(Runner runner) {
+    runner_ = std::move(runner);
     for (size_t i = 0; i < max_inflight_; ++i) threads_.emplace_back([this] { work(); });
     threads_.emplace_back([this] { sweep(); });
   }
 
-  // false: full (the caller answers 503 at once).
-  bool submit(std::function<std::function<void()>()> run, std::function<void()> expire) {
+  // false: full (the caller answers 503 at once). A worker that is free takes the job at once;
+  // beyond the busy workers, at most max_queue jobs wait.
+  bool submit(std::shared_ptr<ScoreTask> task, std::function<void()> expire) {
     {
       std::lock_guard lock(mutex_);
-      if (inflight_ + queue_.size() >= max_inflight_ + max_queue_) return false;
-      queue_.push_back(Job{Clock::now() + wait_, std::move(run), std::move(expire)});
+      if (busy_ + queue_.size() >= max_inflight_ + max_queue_) return false;
+      queue_.push_back(Job{Clock::now() + wait_, std::move(task), std::move(expire)});
     }
     work_cv_.notify_one();
     sweep_cv_.notify_one();
     return true;
   }
 
+  // {requests scoring (every request of every batch in progress), requests waiting}
   std::pair<size_t, size_t> counts() const {
     std::lock_guard lock(mutex_);
     return {inflight_, queue_.size()};
@@ -139,19 +156,34 @@ class Admission {
     for (;;) {
       work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      Job job = std::move(queue_.front());
-      queue_.pop_front();
-      const bool expired = Clock::now() > job.deadline;
-      ++inflight_;
+      // The oldest jobs, up to max_batch not yet expired; expired ones met on the way get 503.
+      std::vector<std::shared_ptr<ScoreTask>> batch;
+      std::vector<std::function<void()>> expired;
+      const auto now = Clock::now();
+      while (!queue_.empty() && batch.size() < max_batch_) {
+        Job& job = queue_.front();
+        if (now > job.deadline) {
+          expired.push_back(std::move(job.expire));
+        } else {
+          batch.push_back(std::move(job.task));
+        }
+        queue_.pop_front();
+      }
+      const size_t n = batch.size();
+      inflight_ += n;
+      ++busy_;
       lock.unlock();
-      std::function<void()> then = job.expire;
-      if (!expired) then = job.run();
-      job = {};
+      for (auto& e : expired) e();
+      expired.clear();
+      std::vector<std::function<void()>> then;
+      if (n > 0) then = runner_(batch);
+      batch.clear();
       lock.lock();
-      --inflight_;
+      inflight_ -= n;
+      --busy_;
       lock.unlock();
-      then();
-      then = {};
+      for (auto& t : then) t();
+      then.clear();
       lock.lock();
     }
   }
@@ -176,12 +208,14 @@ class Admission {
     }
   }
 
-  const size_t max_inflight_, max_queue_;
+  const size_t max_inflight_, max_queue_, max_batch_;
   const Clock::duration wait_;
+  Runner runner_;
   mutable std::mutex mutex_;
   std::condition_variable work_cv_, sweep_cv_;
   std::deque<Job> queue_;
-  size_t inflight_ = 0;
+  size_t inflight_ = 0;  // requests in the batches being scored
+  size_t busy_ = 0;      // workers scoring a batch
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
@@ -228,11 +262,16 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::unordered_set<Connection*> connections;
   size_t rejecting = 0;
   size_t body_bytes = 0;  // reserved by requests being read, queued or scoring
+
+  // Model passes (batches scored together) and the requests in them; any thread.
+  mutable std::atomic<uint64_t> passes{0}, batched{0};
+  mutable std::atomic<size_t> largest_batch{0};
   asio::steady_timer accept_retry{io};
 
   explicit Impl(ServeOptions o)
       : options(std::move(o)),
-        admission(options.max_inflight, options.max_queue, seconds(options.queue_timeout_s)) {}
+        admission(options.max_inflight, options.max_queue, options.max_batch,
+                  seconds(options.queue_timeout_s)) {}
 
   void accept();
   void on_shutdown();
@@ -248,8 +287,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
                            : fmt::format("\"{}\" (alias \"{}\")", model, kAlias);
   }
 
-  // On a worker thread: the whole JSON + scoring path for one body.
-  Reply score(const std::string& body, const std::function<bool()>& gone) const {
+  // On a worker thread: the JSON path for one body, a request to score or the reply refusing it.
+  std::variant<ApiRequest, Reply> parse(const std::string& body) const {
     // Syntax first (linear, builds nothing), so that every later refusal is a 422.
     if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
     try {
@@ -257,8 +296,16 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       if (!known_model(request.model))
         return detail(422, fmt::format("model: \"{}\" is not served here; this server serves {}",
                                        printable(request.model), served_models()));
-      ScoreResult result = scorer.load()->score(request, gone);
-      return json_reply(200, result.response);
+      return request;
+    } catch (...) {
+      return error_reply(std::current_exception(), {});
+    }
+  }
+
+  // The reply to a request whose parsing or scoring threw `error`.
+  static Reply error_reply(std::exception_ptr error, const std::function<bool()>& gone) {
+    try {
+      std::rethrow_exception(error);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInterrupted && gone && gone()) {
         Reply r;
@@ -270,7 +317,52 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       return detail(503, "out of memory while scoring this request; retry later");
     } catch (const std::exception& e) {
       return detail(500, fmt::format("internal error: {}", e.what()));
+    } catch (...) {
+      return detail(500, "internal error");
     }
+  }
+
+  // On a worker thread: one batch taken from the queue, in FIFO order. Each task is checked
+  // for a reset client and parsed on its own, then the requests left are scored together
+  // (Scorer::score_batch: their rows in one model pass); every task gets its own reply.
+  std::vector<Reply> score_batch(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const {
+    std::vector<Reply> replies(tasks.size());
+    std::vector<std::optional<ApiRequest>> requests(tasks.size());
+    std::vector<ScoreJob> jobs;
+    std::vector<size_t> of;  // jobs[k] is tasks[of[k]]
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const int fd = tasks[i]->fd;
+      if (peer_reset(fd)) {  // reset while queued: nothing is computed for it
+        replies[i].cancelled = true;
+        continue;
+      }
+      auto parsed = parse(*tasks[i]->body);
+      if (Reply* refused = std::get_if<Reply>(&parsed)) {
+        replies[i] = std::move(*refused);
+        continue;
+      }
+      requests[i].emplace(std::move(std::get<ApiRequest>(parsed)));
+      jobs.push_back(ScoreJob{&*requests[i], [fd] { return peer_reset(fd); }});
+      of.push_back(i);
+    }
+    if (jobs.empty()) return replies;
+    passes.fetch_add(1);
+    batched.fetch_add(jobs.size());
+    for (size_t was = largest_batch.load(); was < jobs.size();)
+      if (largest_batch.compare_exchange_weak(was, jobs.size())) break;
+    if (options.on_batch) options.on_batch(jobs.size());
+    std::vector<ScoreOutcome> outcomes;
+    try {
+      outcomes = scorer.load()->score_batch(jobs);
+    } catch (...) {  // the batch's own bookkeeping failed (out of memory): each gets the error
+      auto error = std::current_exception();
+      for (size_t k = 0; k < jobs.size(); ++k) replies[of[k]] = error_reply(error, jobs[k].gone);
+      return replies;
+    }
+    for (size_t k = 0; k < jobs.size(); ++k)
+      replies[of[k]] = outcomes[k].error ? error_reply(outcomes[k].error, jobs[k].gone)
+                                         : json_reply(200, outcomes[k].result.response);
+    return replies;
   }
 
   OrderedJson health() const {
@@ -293,6 +385,10 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     } else {
       out["cache"] = nullptr;
     }
+    out["batches"] = {{"max_batch", options.max_batch},
+                      {"passes", passes.load()},
+                      {"requests", batched.load()},
+                      {"largest", largest_batch.load()}};
     return out;
   }
 
@@ -535,32 +631,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     phase_ = Phase::kBusy;
     stream_.expires_never();
     auto self = shared_from_this();
-    auto body = std::make_shared<std::string>(std::move(parser_->get().body()));
+    auto body = std::make_shared<const std::string>(std::move(parser_->get().body()));
     const int fd = stream_.socket().native_handle();
     auto& io = srv_->io;
     const double wait_s = opt().queue_timeout_s;
-    bool queued = srv_->admission.submit(
-        [self, body, fd, &io] {
-          std::function<void()> then;
-          if (peer_reset(fd)) {
-            then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
-          } else {
-            auto r =
-                std::make_shared<Reply>(self->srv_->score(*body, [fd] { return peer_reset(fd); }));
-            if (r->cancelled) {
-              then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
-            } else {
-              then = [self, r, &io] { asio::post(io, [self, r] { self->send(std::move(*r)); }); };
-            }
-          }
-          return then;
-        },
-        [self, &io, wait_s] {
-          asio::post(io, [self, wait_s] {
-            self->send(detail(
-                503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
-          });
+    auto task = std::make_shared<ScoreTask>();
+    task->body = body;
+    task->fd = fd;
+    task->reply = [self, &io](Reply r) -> std::function<void()> {
+      auto reply = std::make_shared<Reply>(std::move(r));
+      return [self, reply, &io] {
+        asio::post(io, [self, reply] {
+          if (reply->cancelled) return self->cancelled();
+          self->send(std::move(*reply));
         });
+      };
+    };
+    bool queued = srv_->admission.submit(std::move(task), [self, &io, wait_s] {
+      asio::post(io, [self, wait_s] {
+        self->send(detail(
+            503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
+      });
+    });
     if (!queued) {
       auto [inflight, waiting] = srv_->admission.counts();
       send(detail(503, fmt::format("the server is busy ({} scoring, {} queued); retry later",
@@ -746,6 +838,8 @@ HttpServer::HttpServer(ServeOptions options) : impl_(std::make_shared<Impl>(std:
   const ServeOptions& o = impl_->options;
   if (o.max_inflight == 0 || o.max_inflight > 1024)
     fail(ErrorKind::kBadInput, "--max-inflight must be between 1 and 1024");
+  if (o.max_batch == 0 || o.max_batch > 1024)
+    fail(ErrorKind::kBadInput, "--max-batch must be between 1 and 1024");
   if (o.max_connections == 0 || o.max_connections > 1000000)
     fail(ErrorKind::kBadInput, "--max-connections must be between 1 and 1000000");
   if (o.max_queue > 1000000) fail(ErrorKind::kBadInput, "--max-queue must be at most 1000000");
@@ -805,7 +899,13 @@ void HttpServer::start() {
   if (s.started) return;
   s.started = true;
   s.guard.emplace(s.io.get_executor());
-  s.admission.start();
+  s.admission.start([&s](const std::vector<std::shared_ptr<ScoreTask>>& tasks) {
+    std::vector<Reply> replies = s.score_batch(tasks);
+    std::vector<std::function<void()>> then;
+    for (size_t i = 0; i < tasks.size(); ++i)
+      then.push_back(tasks[i]->reply(std::move(replies[i])));
+    return then;
+  });
   s.accept();
   s.io_thread = std::thread([&s] {
     // A handler that throws (e.g. bad_alloc) costs its connection, not the process: log it and
