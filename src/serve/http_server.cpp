@@ -900,7 +900,12 @@ void HttpServer::start() {
   s.started = true;
   s.guard.emplace(s.io.get_executor());
   s.admission.start([&s](const std::vector<std::shared_ptr<ScoreTask>>& tasks) {
-    std::vector<Reply> replies = s.score_batch(tasks);
+    std::vector<Reply> replies;
+    try {
+      replies = s.score_batch(tasks);
+    } catch (...) {  // only the batch's own bookkeeping can throw here (out of memory)
+      replies.assign(tasks.size(), detail(503, "out of memory while scoring; retry later"));
+    }
     std::vector<std::function<void()>> then;
     for (size_t i = 0; i < tasks.size(); ++i)
       then.push_back(tasks[i]->reply(std::move(replies[i])));
