@@ -2,7 +2,7 @@
 (--max-batch 1), same binary, same bundle, same requests, same run.
 
     /usr/bin/python3 bench/batch_bench.py [--kev build/release/kev] [--bundle DIR] [--shape 0.8b]
-        [--requests 32] [--max-batch 8] [--rounds 2] [--concurrency 1,4,16]
+        [--requests 32] [--max-batch 8] [--rounds 2] [--concurrency 1,4,16] [--perf PREFIX]
 
 Without --bundle a synthetic bundle is built (kev synth --shape SHAPE -> pin -> export, as
 scripts/demo.sh does) in a temp dir. Requests are small and their states cached: 8 states are
@@ -13,6 +13,9 @@ batching shares. Both servers (--max-inflight 1) run side by side; for each conc
 of each is reported with the ratio. Besides wall requests/s (noisy on a shared machine) it
 reports the server's CPU time per request (utime + stime from /proc), and the mean batch size
 from /health. Every answer is checked equal between the two servers (bit-identical batching).
+With --perf PREFIX, one more measurement per server at the last concurrency runs under
+`perf record -p` (PREFIX-single.data, PREFIX-batched.data; read with
+`perf report -i FILE --sort symbol`).
 """
 import argparse
 import http.client
@@ -115,9 +118,17 @@ class Server:
                                      stdout=subprocess.PIPE, text=True)
         self.port = int(json.loads(self.proc.stdout.readline())["listening"].rsplit(":", 1)[1])
 
-    def measure(self, reqs, concurrency):
+    def measure(self, reqs, concurrency, perf_data=None):
+        perf = None
+        if perf_data:
+            perf = subprocess.Popen(["perf", "record", "-q", "-o", perf_data, "-p", str(self.proc.pid)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
         b0, c0 = get(self.port, "/health")["batches"], cpu_seconds(self.proc.pid)
         rps, lat, answers = http_run(self.port, reqs, concurrency)
+        if perf:
+            perf.send_signal(signal.SIGINT)
+            perf.wait(timeout=120)
         b1, c1 = get(self.port, "/health")["batches"], cpu_seconds(self.proc.pid)
         mean_batch = (b1["requests"] - b0["requests"]) / max(1, b1["passes"] - b0["passes"])
         return {"rps": rps, "p50": percentile(lat, 50), "p99": percentile(lat, 99),
@@ -141,6 +152,7 @@ def main():
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--perf", help="perf record one more run per server at the last concurrency")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="batch-bench-") as d:
         t = time.perf_counter()
@@ -169,6 +181,11 @@ def main():
                           f"mean batch {m['batch']:.1f}", flush=True)
                 print(f"concurrency {c:2d} batched/single: {best[1]['rps'] / best[0]['rps']:.2f}x req/s, "
                       f"{best[0]['cpu_ms'] / best[1]['cpu_ms']:.2f}x less CPU per request", flush=True)
+            if a.perf:
+                for s, name in zip(servers, ("single", "batched")):
+                    m = s.measure(reqs, c, f"{a.perf}-{name}.data")
+                    print(f"perf {name}: {a.perf}-{name}.data ({m['rps']:.2f} req/s, server CPU "
+                          f"{m['cpu_ms']:.0f} ms/request, mean batch {m['batch']:.1f})", flush=True)
         finally:
             for s in servers:
                 s.close()
