@@ -110,7 +110,7 @@ def test_queued_batch_equals_one_at_a_time(servers):
     def send(i, body):
         results[i] = batched.score(body)
 
-    blocker = threading.Thread(target=lambda: batched.score(slow_request("block", questions=4)), daemon=True)
+    blocker = threading.Thread(target=lambda: batched.score(slow_request("block", questions=8)), daemon=True)
     blocker.start()
     assert wait_for(lambda: batched.request("GET", "/health")[2]["inflight"] == 1)
     threads, resets = [], []
@@ -144,7 +144,7 @@ def test_queued_batch_equals_one_at_a_time(servers):
     assert wait_for(lambda: "499" in batched.stderr(), timeout=10), batched.stderr()
 
     # The reference: the blocker, then every request one at a time in the same order.
-    assert single.score(slow_request("block", questions=4))[0] == 200
+    assert single.score(slow_request("block", questions=8))[0] == 200
     for i, (kind, body) in enumerate(items):
         if kind == "reset":
             continue
