@@ -149,6 +149,10 @@ const bool registered = register_command(
       app.add_option("--max-inflight", o->serve.max_inflight,
                      "requests scoring at once (default 1: one request already uses all cores)")
           ->check(CLI::PositiveNumber);
+      app.add_option("--max-batch", o->serve.max_batch,
+                     "requests a free worker takes from the queue and scores in one model pass, "
+                     "their question rows batched together (default 8; 1: one request at a time)")
+          ->check(CLI::Range(1, 1024));
       app.add_option("--max-queue", o->serve.max_queue,
                      "requests waiting for a scoring slot before 503 (default 16)");
       app.add_option("--max-body", o->serve.max_body,

@@ -47,6 +47,7 @@ inline float softplus(float x) {
 }
 
 struct Segment {
+  const PrefixState* from;  // the state this segment continues
   const int32_t* ids;
   std::vector<int64_t> positions;
   int64_t len = 0, offset = 0;  // rows [offset, offset + len) of the batch
@@ -88,10 +89,10 @@ class Runner {
   Runner(const ModelWeights& w, const ForwardOptions& o)
       : w_(w), c_(w.config()), threads_(o.threads ? o.threads : default_workers()), mode_(o.gdn) {}
 
-  // Runs the segments (each continuing `from`) and writes final-normed hidden states [T, H].
-  // With state_out (only for one segment) the extended state is returned there.
-  void run(const PrefixState& from, std::vector<Segment>& segs, std::vector<float>& out,
-           PrefixState* state_out) {
+  // Runs the segments (each continuing its own `from`, which may differ between segments) and
+  // writes final-normed hidden states [T, H]. With state_out (only for one segment) the
+  // extended state is returned there.
+  void run(std::vector<Segment>& segs, std::vector<float>& out, PrefixState* state_out) {
     total_ = 0;
     for (auto& s : segs) {
       s.offset = total_;
@@ -102,18 +103,17 @@ class Runner {
     embed(segs);
     rope_tables(segs);
     if (state_out) {
-      state_out->length = from.length + segs[0].len;
+      state_out->length = segs[0].from->length + segs[0].len;
       state_out->layers.assign(static_cast<size_t>(c_.layers), {});
     }
     for (int64_t l = 0; l < c_.layers; ++l) {
       const LayerWeights& lw = w_.layers()[static_cast<size_t>(l)];
-      const LayerState& in = from.layers[static_cast<size_t>(l)];
       LayerState* st = state_out ? &state_out->layers[static_cast<size_t>(l)] : nullptr;
       rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.input_norm.data(), true, eps(), threads_);
       if (lw.full_attention)
-        attention(lw.attn, in, segs, st);
+        attention(lw.attn, l, segs, st);
       else
-        gdn(lw.gdn, in, segs, st);
+        gdn(lw.gdn, l, segs, st);
       add_into_x();
       rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.post_norm.data(), true, eps(), threads_);
       mlp(lw);
@@ -197,7 +197,12 @@ class Runner {
   }
 
   // ---- full attention ----
-  void attention(const AttentionWeights& a, const LayerState& in, const std::vector<Segment>& segs,
+  // Layer `layer`'s cache of a segment's own prefix.
+  static const LayerState& layer_in(const Segment& s, int64_t layer) {
+    return s.from->layers[static_cast<size_t>(layer)];
+  }
+
+  void attention(const AttentionWeights& a, int64_t layer, const std::vector<Segment>& segs,
                  LayerState* st) {
     const int64_t hd = c_.head_dim, nh = c_.heads, nkv = c_.kv_heads, half = c_.rotary_dim / 2;
     const int64_t qg_w = nh * hd * 2, kv_w = nkv * hd;
@@ -228,13 +233,14 @@ class Runner {
           }
         },
         threads_);
-    const int64_t past = static_cast<int64_t>(in.k.size()) / kv_w;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const size_t tasks = segs.size() * z(nh);
     parallel_for(
         tasks,
         [&](size_t task) {
           const Segment& s = segs[task / z(nh)];
+          const LayerState& in = layer_in(s, layer);
+          const int64_t past = static_cast<int64_t>(in.k.size()) / kv_w;
           const int64_t hh = static_cast<int64_t>(task % z(nh));
           const int64_t g = hh / (nh / nkv);
           std::vector<float> p(z(past + s.len));
@@ -267,6 +273,7 @@ class Runner {
         threads_);
     if (st) {
       const Segment& s = segs[0];
+      const LayerState& in = layer_in(s, layer);
       st->k = in.k;
       st->v = in.v;
       st->k.insert(st->k.end(), kb + s.offset * kv_w, kb + (s.offset + s.len) * kv_w);
@@ -276,8 +283,7 @@ class Runner {
   }
 
   // ---- Gated DeltaNet ----
-  void gdn(const GdnWeights& gw, const LayerState& in, const std::vector<Segment>& segs,
-           LayerState* st) {
+  void gdn(const GdnWeights& gw, int64_t layer, const std::vector<Segment>& segs, LayerState* st) {
     const int64_t cd = c_.conv_dim(), kk = c_.conv_kernel, lk = c_.lin_k_heads, lv = c_.lin_v_heads,
                   dk = c_.lin_k_dim, dv = c_.lin_v_dim, vt = c_.lin_v_total();
     float* raw = ws_.qkv.data();    // [T, cd] pre-conv
@@ -291,7 +297,6 @@ class Runner {
     gemm(ws_.xn.data(), c_.hidden, gw.a, ab);
     gemm(ws_.xn.data(), c_.hidden, gw.b, bb);
     const int64_t hist = kk - 1;
-    const bool has_hist = !in.conv.empty();
     // Causal depthwise conv over (history, segment) then SiLU; rows independent per segment.
     constexpr int64_t cblock = 256, kMaxConvTaps = 8;
     const int64_t nblocks = (cd + cblock - 1) / cblock;
@@ -299,6 +304,8 @@ class Runner {
         segs.size() * z(nblocks),
         [&](size_t task) {
           const Segment& s = segs[task / z(nblocks)];
+          const LayerState& in = layer_in(s, layer);
+          const bool has_hist = !in.conv.empty();
           const int64_t c0 = static_cast<int64_t>(task % z(nblocks)) * cblock;
           const int64_t c1 = std::min(cd, c0 + cblock);
           if (kk <= kMaxConvTaps) {
@@ -363,6 +370,8 @@ class Runner {
         threads_);
     if (st) {
       const Segment& s = segs[0];
+      const LayerState& in = layer_in(s, layer);
+      const bool has_hist = !in.conv.empty();
       st->conv.assign(z(hist * cd), 0.0f);
       for (int64_t r = 0; r < hist; ++r) {
         int64_t src = s.len - hist + r;  // index into the segment
@@ -380,6 +389,7 @@ class Runner {
         segs.size() * z(lv),
         [&](size_t task) {
           const Segment& s = segs[task / z(lv)];
+          const LayerState& in = layer_in(s, layer);
           const int64_t hh = static_cast<int64_t>(task % z(lv));
           const int64_t kh = hh / group;
           std::vector<float> state(z(dk * dv), 0.0f);
@@ -514,6 +524,7 @@ void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
 Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,
                      const std::vector<int64_t>& positions) {
   Segment s;
+  s.from = &from;
   s.ids = ids.data();
   s.len = static_cast<int64_t>(ids.size());
   if (positions.empty())
@@ -578,7 +589,7 @@ PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& i
     std::vector<Segment> segs{make_segment(*current, part, part_positions)};
     PrefixState out;
     std::vector<float> h;
-    Runner(*weights_, options_).run(*current, segs, h, &out);
+    Runner(*weights_, options_).run(segs, h, &out);
     if (hidden) hidden->insert(hidden->end(), h.begin(), h.end());
     next = std::move(out);
     current = &next;
@@ -588,21 +599,30 @@ PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& i
 
 std::vector<RowResult> Model::run_rows(const PrefixState& prefix,
                                        const std::vector<RowRequest>& rows) const {
-  check_state(config(), prefix);
+  return run_rows(std::vector<const PrefixState*>(rows.size(), &prefix), rows);
+}
+
+std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& prefixes,
+                                       const std::vector<RowRequest>& rows) const {
+  if (prefixes.size() != rows.size())
+    fail(ErrorKind::kInternal, "run_rows: {} prefixes for {} rows", prefixes.size(), rows.size());
   std::vector<Segment> segs;
   for (size_t r = 0; r < rows.size(); ++r) {
+    if (!prefixes[r]) fail(ErrorKind::kInternal, "run_rows: row {} has no prefix", r);
+    // Rows mostly share a few prefixes: check each distinct one once.
+    if (r == 0 || prefixes[r] != prefixes[r - 1]) check_state(config(), *prefixes[r]);
     std::string what = "row " + std::to_string(r);
     check_ids(config(), rows[r].ids, rows[r].positions, what);
     for (int64_t i : rows[r].readout)
       if (i < 0 || i >= static_cast<int64_t>(rows[r].ids.size()))
         fail(ErrorKind::kBadInput, "{}: readout index {} is outside the row of {} tokens", what, i,
              rows[r].ids.size());
-    segs.push_back(make_segment(prefix, rows[r].ids, rows[r].positions));
+    segs.push_back(make_segment(*prefixes[r], rows[r].ids, rows[r].positions));
   }
   std::vector<RowResult> results(rows.size());
   // Rows run in batches of at most kRowBatchTokens tokens (a longer row runs alone): the
-  // workspace grows with the tokens of a batch, and rows are independent, so batching only
-  // bounds memory and never changes a result.
+  // workspace grows with the tokens of a batch, and rows are independent (each reads only its
+  // own prefix's cache), so batching only bounds memory and never changes a result.
   const int64_t hd = config().hidden;
   for (size_t first = 0; first < rows.size();) {
     size_t last = first + 1;
@@ -613,7 +633,7 @@ std::vector<RowResult> Model::run_rows(const PrefixState& prefix,
     std::vector<Segment> batch(segs.begin() + static_cast<std::ptrdiff_t>(first),
                                segs.begin() + static_cast<std::ptrdiff_t>(last));
     std::vector<float> h;
-    Runner(*weights_, options_).run(prefix, batch, h, nullptr);
+    Runner(*weights_, options_).run(batch, h, nullptr);
     for (size_t r = first; r < last; ++r) collect_row(rows[r], batch[r - first], h, hd, results[r]);
     first = last;
   }

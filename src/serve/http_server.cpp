@@ -27,6 +27,7 @@
 #include <random>
 #include <thread>
 #include <unordered_set>
+#include <variant>
 #include <vector>
 
 #include "kev/core/error.h"
@@ -97,39 +98,59 @@ Reply detail(int status, const std::string& message, bool close = false) {
   return r;
 }
 
-// FIFO admission: max_inflight worker threads take jobs in arrival order; at most max_queue wait.
-// A job waiting longer than its deadline is expired (answered 503) by a sweeper thread, so a
-// long-running request never makes the queued ones wait past their deadline.
+// The POST endpoints that go through admission.
+enum class Endpoint { kSystemOne, kPermute, kSeparate };
+
+// One POST /v1/systemone[/permute|/separate] in the admission queue.
+struct ScoreTask {
+  Endpoint endpoint = Endpoint::kSystemOne;
+  std::shared_ptr<const std::string> body;
+  int fd = -1;  // the client's socket, polled for a reset (peer_reset)
+  // On a worker thread, with the task's reply (or cancelled); returns what sends it, to be run
+  // once the request no longer counts as in flight.
+  std::function<std::function<void()>(Reply)> reply;
+};
+
+// FIFO admission: max_inflight worker threads each take up to max_batch jobs from the front of
+// the queue (what is there when the worker is free; it never waits for more) and score them in
+// one pass; at most max_queue wait. A job waiting longer than its deadline is expired (answered
+// 503) by a sweeper thread, or by the worker that finds it expired, so a long-running pass never
+// makes the queued ones wait past their deadline.
 class Admission {
  public:
   struct Job {
     Clock::time_point deadline;
-    // On a worker thread; returns what to do once the slot is free again (sending the reply),
-    // so that a client never sees its answer while /health still counts it in flight.
-    std::function<std::function<void()>()> run;
+    std::shared_ptr<ScoreTask> task;
     std::function<void()> expire;  // on the sweeper or a worker thread
   };
+  // On a worker thread: scores the tasks of one batch (FIFO order) and returns, per task, what
+  // sends its reply (run once the batch is no longer counted in flight).
+  using Runner = std::function<std::vector<std::function<void()>>(
+      const std::vector<std::shared_ptr<ScoreTask>>&)>;
 
-  Admission(size_t max_inflight, size_t max_queue, Clock::duration wait)
-      : max_inflight_(max_inflight), max_queue_(max_queue), wait_(wait) {}
+  Admission(size_t max_inflight, size_t max_queue, size_t max_batch, Clock::duration wait)
+      : max_inflight_(max_inflight), max_queue_(max_queue), max_batch_(max_batch), wait_(wait) {}
 
-  void start() {
+  void start(Runner runner) {
+    runner_ = std::move(runner);
     for (size_t i = 0; i < max_inflight_; ++i) threads_.emplace_back([this] { work(); });
     threads_.emplace_back([this] { sweep(); });
   }
 
-  // false: full (the caller answers 503 at once).
-  bool submit(std::function<std::function<void()>()> run, std::function<void()> expire) {
+  // false: full (the caller answers 503 at once). A worker that is free takes the job at once;
+  // beyond the busy workers, at most max_queue jobs wait.
+  bool submit(std::shared_ptr<ScoreTask> task, std::function<void()> expire) {
     {
       std::lock_guard lock(mutex_);
-      if (inflight_ + queue_.size() >= max_inflight_ + max_queue_) return false;
-      queue_.push_back(Job{Clock::now() + wait_, std::move(run), std::move(expire)});
+      if (busy_ + queue_.size() >= max_inflight_ + max_queue_) return false;
+      queue_.push_back(Job{Clock::now() + wait_, std::move(task), std::move(expire)});
     }
     work_cv_.notify_one();
     sweep_cv_.notify_one();
     return true;
   }
 
+  // {requests scoring (every request of every batch in progress), requests waiting}
   std::pair<size_t, size_t> counts() const {
     std::lock_guard lock(mutex_);
     return {inflight_, queue_.size()};
@@ -153,19 +174,34 @@ class Admission {
     for (;;) {
       work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      Job job = std::move(queue_.front());
-      queue_.pop_front();
-      const bool expired = Clock::now() > job.deadline;
-      ++inflight_;
+      // The oldest jobs, up to max_batch not yet expired; expired ones met on the way get 503.
+      std::vector<std::shared_ptr<ScoreTask>> batch;
+      std::vector<std::function<void()>> expired;
+      const auto now = Clock::now();
+      while (!queue_.empty() && batch.size() < max_batch_) {
+        Job& job = queue_.front();
+        if (now > job.deadline) {
+          expired.push_back(std::move(job.expire));
+        } else {
+          batch.push_back(std::move(job.task));
+        }
+        queue_.pop_front();
+      }
+      const size_t n = batch.size();
+      inflight_ += n;
+      ++busy_;
       lock.unlock();
-      std::function<void()> then = job.expire;
-      if (!expired) then = job.run();
-      job = {};
+      for (auto& e : expired) e();
+      expired.clear();
+      std::vector<std::function<void()>> then;
+      if (n > 0) then = runner_(batch);
+      batch.clear();
       lock.lock();
-      --inflight_;
+      inflight_ -= n;
+      --busy_;
       lock.unlock();
-      then();
-      then = {};
+      for (auto& t : then) t();
+      then.clear();
       lock.lock();
     }
   }
@@ -190,12 +226,14 @@ class Admission {
     }
   }
 
-  const size_t max_inflight_, max_queue_;
+  const size_t max_inflight_, max_queue_, max_batch_;
   const Clock::duration wait_;
+  Runner runner_;
   mutable std::mutex mutex_;
   std::condition_variable work_cv_, sweep_cv_;
   std::deque<Job> queue_;
-  size_t inflight_ = 0;
+  size_t inflight_ = 0;  // requests in the batches being scored
+  size_t busy_ = 0;      // workers scoring a batch
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
@@ -220,9 +258,6 @@ std::string_view trim(std::string_view s) {
 }
 
 enum class Lifecycle { kLoading, kReady, kDraining };
-
-// The POST endpoints that go through admission.
-enum class Endpoint { kSystemOne, kPermute, kSeparate };
 
 bool printable_ascii(std::string_view s) {
   for (unsigned char c : s)
@@ -255,8 +290,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::atomic<const Scorer*> scorer{nullptr};
   BundleInfo bundle;  // written before scorer is published, read after it is seen
   const std::string& model = bundle.model;
-  std::array<uint8_t, 32> auth_digest{};    // SHA-256 of "Bearer <api_key>"
-  mutable std::atomic<uint64_t> passes{0};  // scoring passes answered (each its own batch)
+  std::array<uint8_t, 32> auth_digest{};  // SHA-256 of "Bearer <api_key>"
   bool started = false, waited = false;
 
   // I/O thread only.
@@ -264,6 +298,10 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::unordered_set<Connection*> connections;
   size_t rejecting = 0;
   size_t body_bytes = 0;  // reserved by requests being read, queued or scoring
+
+  // Model passes (batches scored together) and the requests in them; any thread.
+  mutable std::atomic<uint64_t> passes{0}, batched{0};
+  mutable std::atomic<size_t> largest_batch{0};
   asio::steady_timer accept_retry{io};
   std::mt19937_64 ids{std::random_device{}()};  // request ids (uuid4 hex)
 
@@ -277,7 +315,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
 
   explicit Impl(ServeOptions o)
       : options(std::move(o)),
-        admission(options.max_inflight, options.max_queue, seconds(options.queue_timeout_s)) {
+        admission(options.max_inflight, options.max_queue, options.max_batch,
+                  seconds(options.queue_timeout_s)) {
     if (!options.api_key.empty()) {
       const std::string expected = "Bearer " + options.api_key;
       Sha256 h;
@@ -293,10 +332,35 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     if (!accepting && connections.empty() && rejecting == 0) guard.reset();
   }
 
-  // On a worker thread: the whole JSON + scoring path for one body. Any "model" string is
-  // accepted and echoed (upstream: both names and any other serve the one checkpoint).
-  Reply score(Endpoint endpoint, const std::string& body, const std::function<bool()>& gone) const {
+  // Counts one model pass of `requests` requests scored together (/health, /v1/models, and
+  // ServeOptions::on_batch for /metrics).
+  void count_pass(size_t requests) const {
+    passes.fetch_add(1);
+    batched.fetch_add(requests);
+    for (size_t was = largest_batch.load(); was < requests;)
+      if (largest_batch.compare_exchange_weak(was, requests)) break;
+    if (options.on_batch) options.on_batch(requests);
+  }
+
+  // On a worker thread: the JSON path for one POST /v1/systemone body, a request to score or
+  // the reply refusing it. Any "model" string is accepted and echoed (upstream: both names and
+  // any other serve the one checkpoint).
+  std::variant<ApiRequest, Reply> parse(const std::string& body) const {
     // Syntax first (linear, builds nothing), so that every later refusal is a 422.
+    if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
+    try {
+      OrderedJson json = parse_json_strict(body, "the request body", options.json);
+      if (options.date_facts) add_date_facts(json);
+      return request_from_json(json);
+    } catch (...) {
+      return error_reply(std::current_exception(), {});
+    }
+  }
+
+  // On a worker thread: upstream's demo endpoints (permute, separate), each request on its own:
+  // its single-question passes run one after the other, not batched with other requests.
+  Reply score_alone(Endpoint endpoint, const std::string& body,
+                    const std::function<bool()>& gone) const {
     if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
     try {
       const Scorer& s = *scorer.load();
@@ -306,19 +370,23 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
           if (auto r = json.find("request"); r != json.end()) add_date_facts(*r);
         PermuteRequest p = permute_request_from_json(json);
         Reply r = json_reply(200, s.permute(p, gone));
-        passes += static_cast<uint64_t>(p.n_perm);
+        for (int i = 0; i < p.n_perm; ++i) count_pass(1);
         return r;
       }
       if (options.date_facts) add_date_facts(json);
       ApiRequest request = request_from_json(json);
-      if (endpoint == Endpoint::kSeparate) {
-        Reply r = json_reply(200, s.separate(request, gone));
-        passes += request.questions.size();
-        return r;
-      }
-      ScoreResult result = s.score(request, gone);
-      ++passes;
-      return json_reply(200, result.response);
+      Reply r = json_reply(200, s.separate(request, gone));
+      for (size_t i = 0; i < request.questions.size(); ++i) count_pass(1);
+      return r;
+    } catch (...) {
+      return error_reply(std::current_exception(), gone);
+    }
+  }
+
+  // The reply to a request whose parsing or scoring threw `error`.
+  static Reply error_reply(std::exception_ptr error, const std::function<bool()>& gone) {
+    try {
+      std::rethrow_exception(error);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInterrupted && gone && gone()) {
         Reply r;
@@ -330,7 +398,53 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       return detail(503, "out of memory while scoring this request; retry later");
     } catch (const std::exception& e) {
       return detail(500, fmt::format("internal error: {}", e.what()));
+    } catch (...) {
+      return detail(500, "internal error");
     }
+  }
+
+  // On a worker thread: one batch taken from the queue, in FIFO order. Each task is checked
+  // for a reset client and parsed on its own, then the requests left are scored together
+  // (Scorer::score_batch: their rows in one model pass); every task gets its own reply.
+  std::vector<Reply> score_batch(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const {
+    std::vector<Reply> replies(tasks.size());
+    std::vector<std::optional<ApiRequest>> requests(tasks.size());
+    std::vector<ScoreJob> jobs;
+    std::vector<size_t> of;  // jobs[k] is tasks[of[k]]
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const int fd = tasks[i]->fd;
+      if (peer_reset(fd)) {  // reset while queued: nothing is computed for it
+        replies[i].cancelled = true;
+        continue;
+      }
+      if (tasks[i]->endpoint != Endpoint::kSystemOne) {
+        replies[i] =
+            score_alone(tasks[i]->endpoint, *tasks[i]->body, [fd] { return peer_reset(fd); });
+        continue;
+      }
+      auto parsed = parse(*tasks[i]->body);
+      if (Reply* refused = std::get_if<Reply>(&parsed)) {
+        replies[i] = std::move(*refused);
+        continue;
+      }
+      requests[i].emplace(std::move(std::get<ApiRequest>(parsed)));
+      jobs.push_back(ScoreJob{&*requests[i], [fd] { return peer_reset(fd); }});
+      of.push_back(i);
+    }
+    if (jobs.empty()) return replies;
+    count_pass(jobs.size());
+    std::vector<ScoreOutcome> outcomes;
+    try {
+      outcomes = scorer.load()->score_batch(jobs);
+    } catch (...) {  // the batch's own bookkeeping failed (out of memory): each gets the error
+      auto error = std::current_exception();
+      for (size_t k = 0; k < jobs.size(); ++k) replies[of[k]] = error_reply(error, jobs[k].gone);
+      return replies;
+    }
+    for (size_t k = 0; k < jobs.size(); ++k)
+      replies[of[k]] = outcomes[k].error ? error_reply(outcomes[k].error, jobs[k].gone)
+                                         : json_reply(200, outcomes[k].result.response);
+    return replies;
   }
 
   OrderedJson health() const {
@@ -353,6 +467,10 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     } else {
       out["cache"] = nullptr;
     }
+    out["batches"] = {{"max_batch", options.max_batch},
+                      {"passes", passes.load()},
+                      {"requests", batched.load()},
+                      {"largest", largest_batch.load()}};
     return out;
   }
 
@@ -416,7 +534,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
           {"misses", cache.misses()},
           {"cached_states", cache.entries()},
           {"oom_retries", 0}}},
-        {"batches", {{"count", passes.load()}, {"requests", passes.load()}, {"queued", queued}}},
+        {"batches", {{"count", passes.load()}, {"requests", batched.load()}, {"queued", queued}}},
         {"bundle_model", bundle.model}};
     OrderedJson list = OrderedJson::array();
     for (const char* name : kModelNames) {
@@ -703,32 +821,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
     phase_ = Phase::kBusy;
     stream_.expires_never();
     auto self = shared_from_this();
-    auto body = std::make_shared<std::string>(std::move(parser_->get().body()));
+    auto body = std::make_shared<const std::string>(std::move(parser_->get().body()));
     const int fd = stream_.socket().native_handle();
     auto& io = srv_->io;
     const double wait_s = opt().queue_timeout_s;
-    bool queued = srv_->admission.submit(
-        [self, body, fd, &io, endpoint] {
-          std::function<void()> then;
-          if (peer_reset(fd)) {
-            then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
-          } else {
-            auto r = std::make_shared<Reply>(
-                self->srv_->score(endpoint, *body, [fd] { return peer_reset(fd); }));
-            if (r->cancelled) {
-              then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
-            } else {
-              then = [self, r, &io] { asio::post(io, [self, r] { self->send(std::move(*r)); }); };
-            }
-          }
-          return then;
-        },
-        [self, &io, wait_s] {
-          asio::post(io, [self, wait_s] {
-            self->send(detail(
-                503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
-          });
+    auto task = std::make_shared<ScoreTask>();
+    task->body = body;
+    task->fd = fd;
+    task->endpoint = endpoint;
+    task->reply = [self, &io](Reply r) -> std::function<void()> {
+      auto reply = std::make_shared<Reply>(std::move(r));
+      return [self, reply, &io] {
+        asio::post(io, [self, reply] {
+          if (reply->cancelled) return self->cancelled();
+          self->send(std::move(*reply));
         });
+      };
+    };
+    bool queued = srv_->admission.submit(std::move(task), [self, &io, wait_s] {
+      asio::post(io, [self, wait_s] {
+        self->send(detail(
+            503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
+      });
+    });
     if (!queued) {
       auto [inflight, waiting] = srv_->admission.counts();
       send(detail(503, fmt::format("the server is busy ({} scoring, {} queued); retry later",
@@ -932,6 +1047,8 @@ HttpServer::HttpServer(ServeOptions options) : impl_(std::make_shared<Impl>(std:
   const ServeOptions& o = impl_->options;
   if (o.max_inflight == 0 || o.max_inflight > 1024)
     fail(ErrorKind::kBadInput, "--max-inflight must be between 1 and 1024");
+  if (o.max_batch == 0 || o.max_batch > 1024)
+    fail(ErrorKind::kBadInput, "--max-batch must be between 1 and 1024");
   if (o.max_connections == 0 || o.max_connections > 1000000)
     fail(ErrorKind::kBadInput, "--max-connections must be between 1 and 1000000");
   if (o.max_queue > 1000000) fail(ErrorKind::kBadInput, "--max-queue must be at most 1000000");
@@ -991,7 +1108,18 @@ void HttpServer::start() {
   if (s.started) return;
   s.started = true;
   s.guard.emplace(s.io.get_executor());
-  s.admission.start();
+  s.admission.start([&s](const std::vector<std::shared_ptr<ScoreTask>>& tasks) {
+    std::vector<Reply> replies;
+    try {
+      replies = s.score_batch(tasks);
+    } catch (...) {  // only the batch's own bookkeeping can throw here (out of memory)
+      replies.assign(tasks.size(), detail(503, "out of memory while scoring; retry later"));
+    }
+    std::vector<std::function<void()>> then;
+    for (size_t i = 0; i < tasks.size(); ++i)
+      then.push_back(tasks[i]->reply(std::move(replies[i])));
+    return then;
+  });
   s.accept();
   s.io_thread = std::thread([&s] {
     // A handler that throws (e.g. bad_alloc) costs its connection, not the process: log it and

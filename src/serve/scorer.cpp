@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 
 #include "kev/core/error.h"
 #include "kev/core/py_random.h"
@@ -46,40 +47,142 @@ ScoreResult Scorer::score(std::string_view request_json) const {
   return score(parse_request(request_json));
 }
 
+// A request between its stages: prepared (encoded, usage, state prefix, rows), then finished
+// (pointer head, response) from its rows' hidden states; error set at whichever stage failed.
+struct Scorer::Pending {
+  const ApiRequest* request = nullptr;
+  std::function<bool()> gone;
+  Encoding enc;
+  ScoreResult result;
+  std::shared_ptr<const PrefixState> prefix;
+  std::vector<RowRequest> rows;
+  std::exception_ptr error;
+};
+
 ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>& gone) const {
-  auto start = std::chrono::steady_clock::now();
-  Encoding enc = encode_record(tokenizer_, delimiters_, to_record(request), options_.limits);
+  const ScoreJob job{&request, gone};
+  std::vector<ScoreOutcome> out = score_batch(std::span<const ScoreJob>(&job, 1));
+  if (out[0].error) std::rethrow_exception(out[0].error);
+  return std::move(out[0].result);
+}
+
+std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) const {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Pending> pending(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Pending& p = pending[i];
+    p.request = jobs[i].request;
+    p.gone = jobs[i].gone;
+    try {
+      prepare(p);
+    } catch (...) {
+      p.error = std::current_exception();
+    }
+  }
+  // A client may have gone while the prefixes of the requests after its own were computed.
+  std::vector<Pending*> live;
+  for (Pending& p : pending) {
+    if (p.error) continue;
+    if (p.gone && p.gone()) {
+      p.error = std::make_exception_ptr(
+          Error(ErrorKind::kInterrupted, "the client went away before its rows were scored"));
+      continue;
+    }
+    live.push_back(&p);
+  }
+
+  // Every live request's rows in one pass, each row on its request's own prefix.
+  std::vector<const PrefixState*> prefixes;
+  std::vector<RowRequest> rows;
+  for (Pending* p : live)
+    for (RowRequest& r : p->rows) {
+      prefixes.push_back(p->prefix.get());
+      rows.push_back(std::move(r));
+    }
+  std::vector<std::vector<RowResult>> hidden(live.size());
+  try {
+    std::vector<RowResult> all = model_->run_rows(prefixes, rows);
+    size_t at = 0;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const size_t n = live[i]->enc.rows.size();
+      hidden[i].assign(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(at)),
+                       std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(at + n)));
+      at += n;
+    }
+  } catch (...) {
+    // The shared pass failed (e.g. out of memory): each request alone then gets its own result
+    // or error, bitwise the same (a row's result does not depend on the rows beside it).
+    size_t at = 0;
+    for (size_t i = 0; i < live.size(); ++i) {
+      const size_t n = live[i]->enc.rows.size();
+      std::vector<RowRequest> own(rows.begin() + static_cast<std::ptrdiff_t>(at),
+                                  rows.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+      try {
+        hidden[i] = model_->run_rows(*live[i]->prefix, own);
+      } catch (...) {
+        live[i]->error = std::current_exception();
+      }
+    }
+  }
+
+  for (size_t i = 0; i < live.size(); ++i) {
+    if (live[i]->error) continue;
+    try {
+      finish(*live[i], std::move(hidden[i]), start);
+    } catch (...) {
+      live[i]->error = std::current_exception();
+    }
+  }
+  std::vector<ScoreOutcome> out(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    out[i].error = pending[i].error;
+    if (!out[i].error) out[i].result = std::move(pending[i].result);
+  }
+  return out;
+}
+
+void Scorer::prepare(Pending& p) const {
+  const ApiRequest& request = *p.request;
+  p.enc = encode_record(tokenizer_, delimiters_, to_record(request), options_.limits);
+  const Encoding& enc = p.enc;
   if (enc.ids.size() > options_.max_input_tokens)
     fail(ErrorKind::kBadInput, "the request encodes to {} tokens; the limit is {} per request",
          enc.ids.size(), options_.max_input_tokens);
   const size_t s = enc.state_length;
 
-  ScoreResult result;
+  ScoreResult& result = p.result;
   result.usage.input_tokens = enc.ids.size();
   result.usage.state_tokens = s;
   result.usage.full_state_tokens = enc.state_tokens;
   result.usage.truncated = enc.truncated;
   bool cached = false;
-  auto prefix = state_prefix(enc.state_ids(), &cached);
+  p.prefix = state_prefix(enc.state_ids(), &cached);
   result.usage.cached_tokens = cached ? s : 0;
-  if (gone && gone())
+  if (p.gone && p.gone())
     fail(ErrorKind::kInterrupted, "the client went away before its rows were scored");
 
   // One row per question: its branch continues the state; read <decide> then every </opt>.
-  std::vector<RowRequest> rows(enc.rows.size());
+  std::vector<RowRequest>& rows = p.rows;
+  rows.resize(enc.rows.size());
   for (size_t q = 0; q < rows.size(); ++q) {
     const EncodedRow& row = enc.rows[q];
     rows[q].ids = row.branch_ids;
     rows[q].readout.push_back(static_cast<int64_t>(row.decide - s));
     for (size_t o : row.options) rows[q].readout.push_back(static_cast<int64_t>(o - s));
   }
-  std::vector<RowResult> hidden = model_->run_rows(*prefix, rows);
+}
 
+void Scorer::finish(Pending& p, std::vector<RowResult> hidden,
+                    std::chrono::steady_clock::time_point start) const {
+  const ApiRequest& request = *p.request;
+  const Encoding& enc = p.enc;
+  ScoreResult& result = p.result;
   const size_t d = head_.hidden();
-  std::vector<HeadQuestion> questions(rows.size());
-  std::vector<size_t> counts(rows.size());
+  std::vector<HeadQuestion> questions(hidden.size());
+  std::vector<size_t> counts(hidden.size());
   size_t total = 0;
-  for (size_t q = 0; q < rows.size(); ++q) {
+  for (size_t q = 0; q < hidden.size(); ++q) {
     const std::vector<float>& h = hidden[q].hidden;
     counts[q] = enc.rows[q].options.size();
     questions[q].decide = std::span<const float>(h.data(), d);
@@ -92,7 +195,7 @@ ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>
   head_.score_batch(questions, logits, probs, workspace);
 
   size_t at = 0;
-  for (size_t q = 0; q < rows.size(); ++q) {
+  for (size_t q = 0; q < hidden.size(); ++q) {
     result.probabilities.emplace_back(probs.begin() + at, probs.begin() + at + counts[q]);
     at += counts[q];
   }
@@ -111,7 +214,6 @@ ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>
                      {"usage", usage},
                      {"latency_ms", python_round(latency, 3)}};
   if (options_.limits.truncate) result.response["truncated"] = result.usage.truncated;
-  return result;
 }
 
 size_t Scorer::output_tokens(const OrderedJson& answers) const {

@@ -94,13 +94,16 @@ def test_health_and_models(server, model_name):
     assert server.score(REQUESTS[1])[0] == 200
     status, hdrs, health = server.request("GET", "/health")
     assert status == 200 and hdrs["content-type"].startswith("application/json")
-    assert list(health) == ["status", "ready", "model", "inflight", "queued", "cache"]
+    assert list(health) == ["status", "ready", "model", "inflight", "queued", "cache", "batches"]
     assert health["status"] == "ok" and health["ready"] is True and health["model"] == model_name
     assert health["inflight"] == 0 and health["queued"] == 0
     cache = health["cache"]
     assert set(cache) == {"entries", "tokens", "hits", "misses"}
     assert all(isinstance(v, int) for v in cache.values())
     assert cache["entries"] >= 1 and cache["tokens"] > 0 and cache["misses"] >= 1
+    batches = health["batches"]
+    assert set(batches) == {"max_batch", "passes", "requests", "largest"}
+    assert batches["max_batch"] == 8 and batches["passes"] >= 1 and batches["requests"] >= batches["passes"]
     # The same state again is a cache hit.
     assert server.score(REQUESTS[1])[0] == 200
     assert server.request("GET", "/health")[2]["cache"]["hits"] > cache["hits"]

@@ -7,7 +7,8 @@
 //   a row's result never depends on which other rows run with it, in which order, or on the
 //   thread count. With GdnMode::kRecurrent (default), prefix + row gives bitwise the same hidden
 //   states as prefix-then-row run as one sequence.
-// - PrefixState is an immutable value: run_rows/extend only read it.
+// - PrefixState is an immutable value: run_rows/extend only read it. One run_rows pass may mix
+//   rows of different prefixes; a row only ever reads its own prefix's cache.
 // - Ids must be < vocab, positions >= 0 (default: continuing after the state, i.e. state.length,
 //   state.length + 1, ...). Violations throw Error(kBadInput).
 #pragma once
@@ -73,6 +74,11 @@ class Model {
                      std::vector<float>* hidden = nullptr) const;
   // Runs every row as its own continuation of `prefix`; rows are batched through the GEMMs.
   std::vector<RowResult> run_rows(const PrefixState& prefix,
+                                  const std::vector<RowRequest>& rows) const;
+  // Runs rows[i] as a continuation of *prefixes[i] (one prefix per row; rows of different
+  // prefixes, e.g. of different requests, share one pass through the GEMMs). Row i's result is
+  // bitwise run_rows(*prefixes[i], {rows[i]}). The prefixes must outlive the call.
+  std::vector<RowResult> run_rows(const std::vector<const PrefixState*>& prefixes,
                                   const std::vector<RowRequest>& rows) const;
 
  private:

@@ -6,7 +6,7 @@
 //   POST /v1/systemone/permute   upstream's demo: one choice question under n_perm option orders
 //   POST /v1/systemone/separate  upstream's demo: each question in its own pass
 //   GET  /health        {"status":"ok"|"loading"|"draining","ready","model","inflight","queued",
-//                        "cache":{...}}
+//                        "cache":{...},"batches":{"max_batch","passes","requests","largest"}}
 //   GET  /health/live   200 {"status":"live"} whenever the process answers HTTP
 //   GET  /health/ready  200 {"status":"ready","model"} when loaded and not draining, else 503
 //                       (Retry-After: 1) {"status":"loading"|"draining"}
@@ -36,9 +36,14 @@
 // caps (always with Retry-After), 500 internal, 404, 405 (Allow).
 // A request either gets the whole response or an error, never partial answers. Requests on one
 // connection (pipelined or not) are answered in order.
-// Admission: at most max_inflight requests score at once; at most max_queue wait, first in first
-// out, each at most queue_timeout_s; beyond that a request is answered 503 at once. A request
-// whose client reset the connection stops before scoring or after its state prefix (499).
+// Admission: max_inflight worker threads; a free worker takes up to max_batch requests from
+// the front of the queue (what is queued then; it never waits for more) and scores them in one
+// pass (Scorer::score_batch: their question rows in one model pass, each on its own state
+// prefix). Beyond the busy workers at most max_queue wait, first in first out, each at most
+// queue_timeout_s; beyond that a request is answered 503 at once. Every request of a batch gets
+// bitwise the status and body it would get alone (latency_ms aside), its own error, its own
+// deadline and its own 499: a request whose client reset the connection stops before scoring
+// or after its state prefix. on_batch (if set) sees each pass's size; /health "batches" counts.
 // Lifecycle (thread-safe calls, e.g. from a signal watcher): bind() listens at once; start()
 // serves in background threads (/v1/* answers 503 "loading"); set_ready() makes it score;
 // drain() turns /health/ready to 503 but keeps serving; shutdown() stops accepting, closes idle
@@ -46,6 +51,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -55,8 +61,9 @@ namespace kev {
 
 struct ServeOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port
-  size_t max_inflight = 1;
+  int port = 8000;          // 0: any free port
+  size_t max_inflight = 1;  // worker threads, each scoring one batch at a time
+  size_t max_batch = 8;     // requests a worker takes from the queue into one model pass
   size_t max_queue = 16;
   double queue_timeout_s = 30;  // longest wait for a scoring slot, then 503
   size_t max_body = size_t{4} << 20;
@@ -75,6 +82,10 @@ struct ServeOptions {
   // Upstream KEV_DATE_FACTS: add day counts between the absolute dates of each state
   // (with_date_facts in text/api.h) before scoring.
   bool date_facts = false;
+  // Called on a worker thread once per model pass with the number of requests scored together
+  // in it (>= 1; requests refused before scoring, e.g. malformed, expired or reset, are not
+  // counted). For metrics: must be thread-safe and quick; empty: not called.
+  std::function<void(size_t)> on_batch;
 };
 
 // What GET /v1/models says of the served bundle, from its manifest (kev_export.json).

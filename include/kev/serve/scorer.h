@@ -9,12 +9,20 @@
 // answers). A cached prefix is shared immutably; a question's answer does not depend on the
 // other questions in the request or on whether its state was cached. Thread-safe: concurrent
 // score() calls share the model, head, tokenizer and cache read-only / under the cache's lock.
+// score_batch() scores several requests with the question rows of all of them in one model pass
+// (each on its own cached or fresh state prefix): every request gets bitwise the response, usage
+// and error that score() alone would give it (latency_ms aside), and one request's error never
+// fails another's.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kev/head/pointer_head.h"
 #include "kev/model/model.h"
@@ -52,6 +60,18 @@ struct ScoreResult {
   std::vector<std::vector<double>> probabilities;  // per question, option order (unrounded)
 };
 
+// One request of a score_batch() call; the request must outlive the call.
+struct ScoreJob {
+  const ApiRequest* request = nullptr;
+  std::function<bool()> gone;  // as in score(): asked after this request's state prefix
+};
+
+// Either result (error null) or the exception score() would have thrown for this request alone.
+struct ScoreOutcome {
+  ScoreResult result;
+  std::exception_ptr error;
+};
+
 class Scorer {
  public:
   Scorer(const std::string& bundle_dir, ScorerOptions options = {});
@@ -59,6 +79,11 @@ class Scorer {
   // gone(), when given, is asked between the state prefix and the rows (the one safe point where
   // work can stop without leaving anything half-made); true -> Error(kInterrupted), no answer.
   ScoreResult score(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
+  // Scores jobs together, outcomes in job order: each request is encoded and gets its state
+  // prefix (cached, else computed, one request after the other) and its gone() check, then the
+  // rows of every request still going run in one Model::run_rows pass. latency_ms of each is
+  // measured from the start of the call to its own answer.
+  std::vector<ScoreOutcome> score_batch(std::span<const ScoreJob> jobs) const;
 
   // The upstream demo endpoints, each one job of single-question passes on the same state (its
   // prefix computed once, then cached): POST /v1/systemone/permute {"runs": [{"order",
@@ -77,12 +102,16 @@ class Scorer {
   const PrefixCache<PrefixState>& cache() const { return *cache_; }
 
  private:
+  struct Pending;  // one request between its stages (scorer.cpp)
   std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids,
                                                   bool* cached) const;
   // usage.output_tokens as upstream counts it: tokens of json.dumps(answers) (no special tokens
   // added; added tokens in the text are matched, as the HF tokenizer does).
   size_t output_tokens(const OrderedJson& answers) const;
   void add_truncation_marks(OrderedJson& body, const ScoreUsage& usage) const;
+  void prepare(Pending& p) const;
+  void finish(Pending& p, std::vector<RowResult> hidden,
+              std::chrono::steady_clock::time_point start) const;
 
   ScorerOptions options_;
   Tokenizer tokenizer_;

@@ -1,0 +1,130 @@
+// Model::run_rows over rows of different prefixes (the server's cross-request batching): every
+// row's hidden states are bitwise those of the row run alone on its own prefix, whatever the
+// mix of prefixes, row lengths and readouts in the pass, and whatever the thread count. The CI
+// re-runs this (label unit) under each forced KEV_ISA.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kev/core/error.h"
+#include "kev/model/model.h"
+#include "kev/synth/synth.h"
+
+namespace kev {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RunRows : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("kev-run-rows-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    SynthOptions o;
+    o.out = dir_.string();
+    o.seed = 5;
+    synthesize(o);
+    model_ = Model::load((dir_ / "base").string()).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+    fs::remove_all(dir_);
+  }
+
+  static std::vector<int32_t> ids(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(model_->config().vocab - 1));
+    std::vector<int32_t> out(n);
+    for (auto& v : out) v = d(rng);
+    return out;
+  }
+
+  static bool same(const RowResult& a, const RowResult& b) {
+    return a.rows == b.rows && a.hidden.size() == b.hidden.size() &&
+           std::memcmp(a.hidden.data(), b.hidden.data(), a.hidden.size() * sizeof(float)) == 0;
+  }
+
+  static inline fs::path dir_;
+  static inline Model* model_ = nullptr;
+};
+
+TEST_F(RunRows, MixedPrefixesInOnePassEqualEachRowAlone) {
+  Model& m = *model_;
+  // Prefixes of different lengths (attention caches of different sizes, GDN states), one empty.
+  std::vector<PrefixState> prefixes;
+  prefixes.push_back(m.extend(m.empty_state(), ids(37, 1)));
+  prefixes.push_back(m.extend(m.empty_state(), ids(5, 2)));
+  prefixes.push_back(m.extend(prefixes[0], ids(11, 3)));  // a longer state continuing the first
+  prefixes.push_back(m.empty_state());
+
+  // Rows of various lengths and readouts, interleaved over the prefixes (also repeating one).
+  std::vector<const PrefixState*> of;
+  std::vector<RowRequest> rows;
+  const size_t pick[] = {0, 1, 1, 2, 3, 0, 2, 1, 3, 0};
+  for (size_t r = 0; r < std::size(pick); ++r) {
+    RowRequest row;
+    row.ids = ids(1 + (r * 7) % 23, 100 + static_cast<unsigned>(r));
+    if (r % 3 == 1) row.readout = {0, static_cast<int64_t>(row.ids.size()) - 1};
+    of.push_back(&prefixes[pick[r]]);
+    rows.push_back(std::move(row));
+  }
+
+  for (size_t threads : {size_t{1}, size_t{2}, size_t{3}}) {
+    m.set_options({.gdn = GdnMode::kRecurrent, .threads = threads});
+    std::vector<RowResult> mixed = m.run_rows(of, rows);
+    ASSERT_EQ(mixed.size(), rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::vector<RowResult> alone = m.run_rows(*of[r], {rows[r]});
+      EXPECT_TRUE(same(mixed[r], alone[0])) << "row " << r << ", threads " << threads;
+    }
+    // The one-prefix overload is the same pass with every row on that prefix.
+    std::vector<RowRequest> first_rows;
+    for (size_t r = 0; r < rows.size(); ++r)
+      if (pick[r] == 0) first_rows.push_back(rows[r]);
+    std::vector<RowResult> shared = m.run_rows(prefixes[0], first_rows);
+    for (size_t r = 0, k = 0; r < rows.size(); ++r) {
+      if (pick[r] == 0) {
+        EXPECT_TRUE(same(shared[k], mixed[r])) << "row " << r;
+        ++k;
+      }
+    }
+  }
+  m.set_options({});
+}
+
+TEST_F(RunRows, PrefixThenRowEqualsOneSequence) {
+  // The prefix contract the mixed pass relies on: a row continuing a state == that sequence.
+  Model& m = *model_;
+  std::vector<int32_t> a = ids(19, 7), b = ids(9, 8);
+  PrefixState s = m.extend(m.empty_state(), a);
+  RowRequest row;
+  row.ids = b;
+  std::vector<RowResult> got = m.run_rows(std::vector<const PrefixState*>{&s}, {row});
+  std::vector<int32_t> whole = a;
+  whole.insert(whole.end(), b.begin(), b.end());
+  std::vector<float> hidden;
+  m.extend(m.empty_state(), whole, {}, &hidden);
+  const size_t h = static_cast<size_t>(m.config().hidden);
+  ASSERT_EQ(got[0].hidden.size(), b.size() * h);
+  EXPECT_EQ(std::memcmp(got[0].hidden.data(), hidden.data() + a.size() * h,
+                        got[0].hidden.size() * sizeof(float)),
+            0);
+}
+
+TEST_F(RunRows, RefusesMismatchedPrefixes) {
+  Model& m = *model_;
+  RowRequest row;
+  row.ids = ids(3, 9);
+  EXPECT_THROW(m.run_rows(std::vector<const PrefixState*>{}, {row}), Error);
+  EXPECT_THROW(m.run_rows(std::vector<const PrefixState*>{nullptr}, {row}), Error);
+}
+
+}  // namespace
+}  // namespace kev
