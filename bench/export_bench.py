@@ -100,18 +100,34 @@ def main():
         print(f"synth: {t:.1f} s")
     base, ckpt = os.path.join(synth, "base"), os.path.join(synth, "checkpoint")
     recipe = os.path.join(a.work, f"recipe-{a.shape}.json")
-    if not os.path.exists(recipe):
+    if not os.path.exists(recipe) and not a.synth_args:
         run([a.kev, "pin", "--base", base, "--checkpoint", ckpt, "--out", recipe])
-        if a.synth_args:  # a scaled shape is not Kev-4B: name it so and count its targets
-            with open(os.path.join(ckpt, "adapter_model.safetensors"), "rb") as f:
-                n = int.from_bytes(f.read(8), "little")
-                names = json.loads(f.read(n))
-            with open(recipe) as f:
-                r = json.load(f)
-            r["model"] = "kev-4b-scaled"
-            r["lora"]["targets"] = sum(k.endswith("lora_A.weight") for k in names)
-            with open(recipe, "w") as f:
-                json.dump(r, f, indent=2)
+    elif not os.path.exists(recipe):
+        # A scaled shape (e.g. --layers 8) is no Kev size, so `kev pin` (which requires a family
+        # member's inventory) refuses it: write its recipe here, every file pinned by hashlib.
+        import hashlib
+        with open(os.path.join(ckpt, "adapter_model.safetensors"), "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            names = json.loads(f.read(n))
+
+        def digests(d):
+            out = {}
+            for name in sorted(os.listdir(d)):
+                h = hashlib.sha256()
+                with open(os.path.join(d, name), "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 24), b""):
+                        h.update(chunk)
+                out[name] = h.hexdigest()
+            return out
+        r = {"format": "kev-4b-merged/1", "model": "kev-4b-scaled",
+             "base": {"repo": "Qwen/Qwen3.5-4B-Base", "revision": "1001bb4d826a52d1f399e183466143f4da7b741b",
+                      "files": digests(base)},
+             "checkpoint": {"repo": "jaredpalmer/kev-4b", "revision": "139fdd94f1b6a6ad80cc15e08fcb99cac885a101",
+                            "files": digests(ckpt)},
+             "reference": {"repo": "jaredpalmer/kev", "revision": "2074cc44"},
+             "lora": {"rank": 16, "alpha": 32, "targets": sum(k.endswith("lora_A.weight") for k in names)}}
+        with open(recipe, "w") as f:
+            json.dump(r, f, indent=2)
     inputs = [os.path.join(base, n) for n in sorted(os.listdir(base))] + \
              [os.path.join(ckpt, n) for n in sorted(os.listdir(ckpt))]
     in_bytes = sum(os.path.getsize(p) for p in inputs)

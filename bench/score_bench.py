@@ -43,11 +43,9 @@ def build_bundle(binary, work):
     synth = os.path.join(work, "synth")
     tok = ["--tokenizer", QWEN3] if os.path.exists(QWEN3) else []
     kev(binary, "synth", "--out", synth, "--shape", "0.8b", "--quiet", *tok)
-    pinned = os.path.join(work, "recipe-4b.json")
-    kev(binary, "pin", "--base", synth + "/base", "--checkpoint", synth + "/checkpoint", "--out", pinned)
-    recipe = json.load(open(pinned))  # kev pin only knows kev-4b: restate it as the 0.8B shape
-    recipe["model"], recipe["lora"]["targets"] = "kev-0.8b", 186
-    json.dump(recipe, open(os.path.join(work, "recipe.json"), "w"))
+    # Kev-0.8B's recipe has no confirmed revisions: record placeholder ones for the synthetic files.
+    kev(binary, "pin", "--model", "kev-0.8b", "--base", synth + "/base", "--checkpoint", synth + "/checkpoint",
+        "--out", os.path.join(work, "recipe.json"), "--base-revision", "0" * 40, "--checkpoint-revision", "0" * 40)
     kev(binary, "export", "--recipe", os.path.join(work, "recipe.json"), "--base", synth + "/base",
         "--checkpoint", synth + "/checkpoint", "--out", bundle, "--quiet")
     return bundle, synth

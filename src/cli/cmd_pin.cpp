@@ -1,4 +1,5 @@
 // kev pin --base DIR --checkpoint DIR --out recipe.json [--model kev-4b]
+//         [--base-revision REV] [--checkpoint-revision REV]
 #include <cstdio>
 #include <memory>
 
@@ -13,7 +14,13 @@ const bool registered = kev::cli::register_command(
       app.add_option("--base", o->base_dir, "base model directory")->required();
       app.add_option("--checkpoint", o->checkpoint_dir, "Kev checkpoint directory")->required();
       app.add_option("--out", o->out_path, "recipe file to create")->required();
-      app.add_option("--model", o->model, "model name (default kev-4b)");
+      app.add_option("--model", o->model,
+                     "family member: kev-0.8b, kev-4b, kev-9b or kev-27b (default kev-4b)");
+      app.add_option("--base-revision", o->base_revision,
+                     "base commit (40 hex) to record where the recipe's is null and --base is "
+                     "not a Hugging Face cache snapshot");
+      app.add_option("--checkpoint-revision", o->checkpoint_revision,
+                     "checkpoint commit (40 hex), likewise");
       return [o] {
         kev::PinSummary s = kev::run_pin(*o);
         for (const auto& note : s.notes) std::fprintf(stderr, "kev pin: note: %s\n", note.c_str());

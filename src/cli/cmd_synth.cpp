@@ -60,7 +60,10 @@ const bool registered = kev::cli::register_command(
     [](CLI::App& app) {
       auto o = std::make_shared<Options>();
       app.add_option("--out", o->out, "output directory (must not exist)")->required();
-      app.add_option("--shape", o->shape, "tiny (default), 0.8b or 4b")->capture_default_str();
+      app.add_option("--shape", o->shape,
+                     "tiny (default; Kev-4B/9B depth), tiny-0.8b, tiny-27b (tiny widths at those "
+                     "members' depths), 0.8b or 4b (full dimensions)")
+          ->capture_default_str();
       app.add_option("--seed", o->seed, "seed of all values")->capture_default_str();
       app.add_option("--tokenizer", o->tokenizer,
                      "tokenizer.json to copy (default: a built-in byte-level BPE)");

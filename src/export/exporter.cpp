@@ -23,6 +23,7 @@
 #include "kev/core/threads.h"
 #include "kev/export/bundle.h"
 #include "kev/export/configs.h"
+#include "kev/export/family.h"
 #include "kev/export/inputs.h"
 #include "kev/export/inventory.h"
 #include "kev/export/merge.h"
@@ -215,7 +216,8 @@ Plan plan_export(const ExportOptions& o) {
          "config.json and adapter_config.json define {} LoRA targets but "
          "recipe {} expects {}",
          p.targets.size(), o.recipe_path, p.recipe.targets);
-  if (p.recipe.model == "kev-4b") check_kev4b_counts(p.targets);
+  if (const FamilyMember* member = find_member(p.recipe.model))
+    check_member_counts(*member, p.targets);
   p.adapter =
       std::make_unique<SafetensorsBuffer>(p.inputs.bytes("checkpoint/adapter_model.safetensors"),
                                           o.checkpoint_dir + "/adapter_model.safetensors");

@@ -175,15 +175,4 @@ void check_adapter(const std::vector<LoraTarget>& targets, const SafetensorsBuff
   }
 }
 
-void check_kev4b_counts(const std::vector<LoraTarget>& targets) {
-  std::map<std::string, int> counts;
-  for (const auto& t : targets) counts[t.family]++;
-  if (targets.size() != 248 || counts["mlp"] != 96 || counts["self_attn"] != 32 ||
-      counts["linear_attn"] != 120)
-    fail(ErrorKind::kBadInput,
-         "config.json and adapter_config.json define {} LoRA targets ({} MLP, {} attention, {} "
-         "GDN); Kev-4B has exactly 248 (96 MLP, 32 attention, 120 GDN)",
-         targets.size(), counts["mlp"], counts["self_attn"], counts["linear_attn"]);
-}
-
 }  // namespace kev

@@ -16,6 +16,8 @@
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
 #include "kev/export/configs.h"
+#include "kev/export/family.h"
+#include "kev/export/inventory.h"
 
 namespace kev {
 namespace {
@@ -139,20 +141,24 @@ std::string git_blob_sha1(std::string_view bytes) {
 }
 
 Recipe known_recipe(const std::string& model) {
-  if (model != "kev-4b")
-    fail(ErrorKind::kUnsupported, "kev pin knows model \"kev-4b\"; \"{}\" has no built-in recipe",
+  const FamilyMember* m = find_member(model);
+  if (!m) {
+    std::string names;
+    for (const auto& f : kev_family()) names += (names.empty() ? "" : ", ") + f.model;
+    fail(ErrorKind::kUnsupported, "kev pin knows models {}; \"{}\" has no built-in recipe", names,
          model);
+  }
   Recipe r;
-  r.model = "kev-4b";
-  r.base.repo = "Qwen/Qwen3.5-4B-Base";
-  r.base.revision = "1001bb4d826a52d1f399e183466143f4da7b741b";
-  r.checkpoint.repo = "jaredpalmer/kev-4b";
-  r.checkpoint.revision = "139fdd94f1b6a6ad80cc15e08fcb99cac885a101";
-  r.reference_repo = "jaredpalmer/kev";
-  r.reference_revision = "2074cc44";
-  r.rank = 16;
-  r.alpha = 32;
-  r.targets = 248;
+  r.model = m->model;
+  r.base.repo = m->base_repo;
+  r.base.revision = m->base_revision;
+  r.checkpoint.repo = m->checkpoint_repo;
+  r.checkpoint.revision = m->checkpoint_revision;
+  r.reference_repo = m->reference_repo;
+  r.reference_revision = m->reference_revision;
+  r.rank = m->rank;
+  r.alpha = m->alpha;
+  r.targets = member_counts(*m).total();
   for (const char* f : kRequiredBaseFiles) r.base.files[f] = std::nullopt;
   for (const char* f : kRequiredCheckpointFiles) r.checkpoint.files[f] = std::nullopt;
   return r;
@@ -164,14 +170,31 @@ PinSummary run_pin(const PinOptions& o) {
   if (path_exists(o.out_path))
     fail(ErrorKind::kBadInput, "{} already exists; kev pin never overwrites a recipe", o.out_path);
   Recipe& r = s.recipe;
+  const FamilyMember& member = *find_member(r.model);
   std::string index_bytes = read_file(o.base_dir + "/model.safetensors.index.json");
   BaseIndex index = parse_base_index(index_bytes, o.base_dir + "/model.safetensors.index.json");
   for (const auto& shard : index.shards) r.base.files[shard] = std::nullopt;
   for (auto* repo : {&r.base, &r.checkpoint}) {
     bool is_base = repo == &r.base;
     const std::string& dir = is_base ? o.base_dir : o.checkpoint_dir;
+    const std::string& given = is_base ? o.base_revision : o.checkpoint_revision;
+    const char* side = is_base ? "base" : "checkpoint";
+    if (!given.empty()) {
+      if (!is_hex_of_length(given, 40))
+        fail(ErrorKind::kBadInput, "--{}-revision must be a 40-digit lowercase commit hash", side);
+      if (!repo->revision.empty() && given != repo->revision)
+        s.notes.push_back(fmt::format("{} revision {} given; the release revision of {} is {}",
+                                      side, given, repo->repo, repo->revision));
+      repo->revision = given;
+    }
     Snapshot snap = detect_snapshot(dir);
-    if (snap.is_snapshot) {
+    if (snap.is_snapshot && !given.empty() && snap.revision != given)
+      fail(ErrorKind::kBadInput, "{} is a cache snapshot of revision {}, not the --{}-revision {}",
+           dir, snap.revision, side, given);
+    if (snap.is_snapshot && repo->revision.empty()) {
+      repo->repo = snap.repo;
+      repo->revision = snap.revision;
+    } else if (snap.is_snapshot) {
       if (snap.repo != repo->repo)
         s.notes.push_back(fmt::format("{} is a cache snapshot of {}, not {}; recording {}", dir,
                                       snap.repo, repo->repo, snap.repo));
@@ -181,6 +204,17 @@ PinSummary run_pin(const PinOptions& o) {
       repo->repo = snap.repo;
       repo->revision = snap.revision;
     }
+    if (repo->revision.empty())
+      fail(ErrorKind::kBadInput,
+           "the release revision of {} is not known to kev ({} leaves it null: no full commit "
+           "was confirmed); pin from a Hugging Face cache snapshot "
+           "(.../models--ORG--NAME/snapshots/<commit>/), whose path names the revision, or "
+           "name it with --{}-revision",
+           repo->repo, r.model, side);
+    const std::string& prefix = is_base ? member.base_revision_prefix : std::string();
+    if (!prefix.empty() && repo->revision.rfind(prefix, 0) != 0)
+      s.notes.push_back(fmt::format("{} revision {} is not the {} the {} model card names", side,
+                                    repo->revision, prefix, member.display));
     for (auto& [name, hash] : repo->files) {
       std::string key = std::string(is_base ? "base/" : "checkpoint/") + name;
       hash = hash_and_cross_check(dir, name, key, s.cross_checked);
@@ -191,6 +225,31 @@ PinSummary run_pin(const PinOptions& o) {
   if (sha256_hex(index_bytes) != *r.base.files["model.safetensors.index.json"])
     fail(ErrorKind::kIntegrity, "{}/model.safetensors.index.json changed while pinning",
          o.base_dir);
+  // The inventory the pinned configs define must be the member's (derived from its base config).
+  std::string config_bytes = read_file(o.base_dir + "/config.json");
+  std::string adapter_bytes = read_file(o.checkpoint_dir + "/adapter_config.json");
+  if (sha256_hex(config_bytes) != *r.base.files["config.json"] ||
+      sha256_hex(adapter_bytes) != *r.checkpoint.files["adapter_config.json"])
+    fail(ErrorKind::kIntegrity, "config.json or adapter_config.json changed while pinning");
+  BaseTextConfig config = parse_base_text_config(config_bytes, o.base_dir + "/config.json");
+  LoraConfig lora = parse_lora_config(adapter_bytes, o.checkpoint_dir + "/adapter_config.json");
+  if (lora.rank != r.rank || lora.alpha != r.alpha)
+    fail(ErrorKind::kBadInput,
+         "{}/adapter_config.json has r {} and lora_alpha {} but {} has {} and {}", o.checkpoint_dir,
+         lora.rank, lora.alpha, member.display, r.rank, r.alpha);
+  std::vector<LoraTarget> targets = expected_targets(config, lora);
+  try {
+    check_member_counts(member, targets);
+  } catch (const Error& e) {
+    std::string hint;
+    for (const auto& m : kev_family())
+      if (m.model != member.model && m.config.layers == config.layers &&
+          static_cast<int64_t>(targets.size()) == member_counts(m).total())
+        hint +=
+            fmt::format("{}--model {}", hint.empty() ? "; for this layout pass " : " or ", m.model);
+    fail(e.kind(), "{} (pinning as {}){}", e.what(), r.model, hint);
+  }
+  r.targets = static_cast<int64_t>(targets.size());
   std::string tmp = fmt::format("{}.kev-pin.{}", o.out_path, ::getpid());
   TempFile guard{tmp};
   write_file_synced(tmp, recipe_to_json(r));

@@ -40,10 +40,14 @@ PinnedRepo parse_repo(const Json& root, const char* key, const std::string& file
   if (!j.is_object()) fail(ErrorKind::kBadInput, "recipe {}: \"{}\" must be an object", file, key);
   PinnedRepo r;
   r.repo = string_member(j, "repo", key, file);
-  r.revision = string_member(j, "revision", key, file);
-  if (r.revision.size() != 40 || !is_hex(r.revision))
-    fail(ErrorKind::kBadInput, "recipe {}: {}.revision must be a 40-digit lowercase commit hash",
-         file, key);
+  // null: the release revision is not known to the recipe; `kev pin` fills it.
+  const Json& rev = member(j, "revision", key, file);
+  if (!rev.is_null()) {
+    r.revision = rev.is_string() ? rev.get<std::string>() : std::string();
+    if (r.revision.size() != 40 || !is_hex(r.revision))
+      fail(ErrorKind::kBadInput,
+           "recipe {}: {}.revision must be null or a 40-digit lowercase commit hash", file, key);
+  }
   const Json& files = member(j, "files", key, file);
   if (!files.is_object() || files.empty())
     fail(ErrorKind::kBadInput, "recipe {}: {}.files must be a non-empty object", file, key);
@@ -67,7 +71,9 @@ PinnedRepo parse_repo(const Json& root, const char* key, const std::string& file
 Json repo_json(const PinnedRepo& r) {
   Json files = Json::object();
   for (const auto& [name, hash] : r.files) files[name] = hash ? Json(*hash) : Json(nullptr);
-  return {{"repo", r.repo}, {"revision", r.revision}, {"files", files}};
+  return {{"repo", r.repo},
+          {"revision", r.revision.empty() ? Json(nullptr) : Json(r.revision)},
+          {"files", files}};
 }
 
 }  // namespace
@@ -142,6 +148,12 @@ std::string recipe_to_json(const Recipe& r) {
 void require_fully_pinned(const Recipe& r, const std::string& recipe_path) {
   for (const auto* repo : {&r.base, &r.checkpoint}) {
     const char* side = repo == &r.base ? "base" : "checkpoint";
+    if (repo->revision.empty())
+      fail(ErrorKind::kBadInput,
+           "recipe {} does not pin the {} revision of {} (it is null); run `kev pin --base DIR "
+           "--checkpoint DIR --out RECIPE` on a trusted download (a Hugging Face cache "
+           "snapshot, or name the revision with --{}-revision)",
+           recipe_path, side, repo->repo, side);
     for (const auto& [name, hash] : repo->files)
       if (!hash)
         fail(ErrorKind::kBadInput,

@@ -383,6 +383,16 @@ SynthShape synth_shape(std::string_view name) {
     s.hidden = 64, s.intermediate = 96, s.layers = 32, s.heads = 4, s.kv_heads = 2, s.head_dim = 16;
     s.linear_key_heads = 2, s.linear_value_heads = 4, s.linear_key_dim = 8, s.linear_value_dim = 8;
     s.vocab = 0, s.pointer = 32;
+  } else if (name == "tiny-0.8b" || name == "tiny-27b") {
+    // Tiny widths at the depth and head ratios of Kev-0.8B (24 layers, attention 8/2, GDN
+    // 16/16) or Kev-27B (64 layers, attention 24/4, GDN 16/48): the LoRA inventory, which
+    // depends only on depth and layer kinds, is the member's (186 or 496 targets).
+    const bool big = name == "tiny-27b";
+    s.hidden = 64, s.intermediate = 96, s.layers = big ? 64 : 24, s.heads = big ? 6 : 4,
+    s.kv_heads = 1, s.head_dim = 16;
+    s.linear_key_heads = 2, s.linear_value_heads = big ? 6 : 2, s.linear_key_dim = 8,
+    s.linear_value_dim = 8;
+    s.vocab = 0, s.pointer = 32;
   } else if (name == "0.8b") {
     s.hidden = 1024, s.intermediate = 3584, s.layers = 24, s.heads = 8, s.kv_heads = 2,
     s.head_dim = 256;
@@ -396,7 +406,8 @@ SynthShape synth_shape(std::string_view name) {
     s.linear_value_dim = 128;
     s.vocab = 248320, s.pointer = 256;
   } else {
-    fail(ErrorKind::kBadInput, "synth: unknown --shape '{}' (known: tiny, 0.8b, 4b)", name);
+    fail(ErrorKind::kBadInput,
+         "synth: unknown --shape '{}' (known: tiny, tiny-0.8b, tiny-27b, 0.8b, 4b)", name);
   }
   return s;
 }

@@ -9,9 +9,10 @@
 //
 // check_adapter refuses (Error kBadInput, listing what is wrong): a missing lora_A/lora_B, an
 // adapter tensor that is not an expected one (extra, unknown, a bias, a DoRA magnitude), a
-// count that differs from the recipe's, a base weight whose shape is not the [out, in] that
-// config.json implies for its projection (so every dimension is > 0), shapes other than
-// A [r, in] / B [out, r] for a BF16 base weight [out, in], and adapter dtypes other than F32.
+// count that differs from the recipe's (the family member's counts: kev/export/family.h), a base
+// weight whose shape is not the [out, in] that config.json implies for its projection (so every
+// dimension is > 0), shapes other than A [r, in] / B [out, r] for a BF16 base weight [out, in], and
+// adapter dtypes other than F32.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -62,8 +63,5 @@ using BaseTensorLookup = std::function<const TensorInfo*(const std::string& name
 
 void check_adapter(const std::vector<LoraTarget>& targets, const SafetensorsBuffer& adapter,
                    const BaseTensorLookup& base, int64_t rank, const std::string& adapter_name);
-
-// Kev-4B's fixed inventory: 248 targets = 96 MLP + 32 attention + 120 GDN. Refuses otherwise.
-void check_kev4b_counts(const std::vector<LoraTarget>& targets);
 
 }  // namespace kev

@@ -7,6 +7,11 @@
 // cross-checked against its blob name: LFS blobs are named by their SHA-256, small files by
 // their git blob SHA-1. A mismatch is refused (Error kIntegrity) and nothing is written. The
 // recipe file is written atomically and an existing one is never overwritten.
+//
+// A revision the built-in recipe leaves null (not confirmed) comes from the snapshot path or
+// --base-revision / --checkpoint-revision; without either, pin refuses. Before writing, the
+// pinned config.json and adapter_config.json must define the member's LoRA inventory
+// (check_member_counts): pinning a Kev-0.8B download as kev-4b is refused with a hint.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -18,6 +23,9 @@ namespace kev {
 
 struct PinOptions {
   std::string base_dir, checkpoint_dir, out_path, model = "kev-4b";
+  // A revision the user vouches for (40 hex); needed where the recipe's is null and the
+  // directory is not a Hugging Face cache snapshot. Empty: not given.
+  std::string base_revision, checkpoint_revision;
 };
 
 struct PinSummary {
@@ -26,7 +34,8 @@ struct PinSummary {
   std::vector<std::string> notes;  // e.g. a snapshot revision differing from the release
 };
 
-// The built-in description of a known model (repos, release revisions, LoRA numbers) with null
+// The built-in description of a family member (kev/export/family.h: repos, release revisions
+// where confirmed, LoRA numbers, the target count derived from its base config) with null
 // hashes; throws kUnsupported for unknown names.
 Recipe known_recipe(const std::string& model);
 

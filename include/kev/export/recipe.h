@@ -1,9 +1,10 @@
 // Recipes: the pinned inputs of an export (recipes/<model>.json, schema in DESIGN.md).
 //
-// parse_recipe validates the structure strictly (format tag, 40-hex revisions, plain file names,
-// hashes that are null or 64 lowercase hex, positive LoRA numbers) and throws Error(kBadInput)
-// naming the recipe and field. A null hash is legal in a recipe (the shipped one has them) but
-// require_fully_pinned refuses it, pointing to `kev pin`.
+// parse_recipe validates the structure strictly (format tag, revisions that are null or 40 hex,
+// plain file names, hashes that are null or 64 lowercase hex, positive LoRA numbers) and throws
+// Error(kBadInput) naming the recipe and field. A null hash or revision is legal in a recipe
+// (the shipped ones have them) but require_fully_pinned refuses it, pointing to `kev pin`.
+// The format tag "kev-4b-merged/1" names the schema, which every member of the family shares.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -17,7 +18,7 @@ inline constexpr const char* kRecipeFormat = "kev-4b-merged/1";
 
 struct PinnedRepo {
   std::string repo;
-  std::string revision;
+  std::string revision;  // 40 hex; empty = null (not known: kev pin fills it)
   // file name -> SHA-256 (lowercase hex) or nullopt when the recipe leaves it unpinned.
   std::map<std::string, std::optional<std::string>> files;
 };

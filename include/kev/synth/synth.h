@@ -19,7 +19,7 @@
 namespace kev {
 
 struct SynthShape {
-  std::string name;  // "tiny", "0.8b", "4b"
+  std::string name;  // "tiny", "tiny-0.8b", "tiny-27b", "0.8b", "4b"
   int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t linear_key_heads = 0, linear_value_heads = 0, linear_key_dim = 0, linear_value_dim = 0;
   int64_t vocab = 0;  // 0: the tokenizer's size rounded up to a multiple of 64 (tiny)

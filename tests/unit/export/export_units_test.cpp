@@ -21,6 +21,7 @@
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
 #include "kev/export/configs.h"
+#include "kev/export/family.h"
 #include "kev/export/inputs.h"
 #include "kev/export/inventory.h"
 #include "kev/export/merge.h"
@@ -219,8 +220,47 @@ TEST(Configs, InventoryFollowsLayerTypes) {
   EXPECT_EQ(t[0].base_name, "model.language_model.layers.0.mlp.gate_proj.weight");
   EXPECT_EQ(t[0].a_name, "base_model.model.layers.0.mlp.gate_proj.lora_A.weight");
   std::string msg;
-  EXPECT_EQ(kind_of([&] { check_kev4b_counts(t); }, &msg), ErrorKind::kBadInput);
+  EXPECT_EQ(kind_of([&] { check_member_counts(*find_member("kev-4b"), t); }, &msg),
+            ErrorKind::kBadInput);
   EXPECT_NE(msg.find("248"), std::string::npos);
+}
+
+// The family's inventories follow from each base's layer structure: L x 3 MLP, 4 per full
+// attention layer (every fourth), 5 per GDN layer. Expected numbers are that arithmetic.
+TEST(Family, CountsFollowTheBaseConfigs) {
+  std::map<std::string, std::pair<int64_t, int64_t>> layers_full = {
+      {"kev-0.8b", {24, 6}}, {"kev-4b", {32, 8}}, {"kev-9b", {32, 8}}, {"kev-27b", {64, 16}}};
+  ASSERT_EQ(kev_family().size(), layers_full.size());
+  for (const auto& m : kev_family()) {
+    auto [layers, full] = layers_full.at(m.model);
+    TargetCounts c = member_counts(m);
+    EXPECT_EQ(c.mlp, 3 * layers) << m.model;
+    EXPECT_EQ(c.attention, 4 * full) << m.model;
+    EXPECT_EQ(c.gdn, 5 * (layers - full)) << m.model;
+    EXPECT_EQ(known_recipe(m.model).targets, c.total()) << m.model;
+  }
+  EXPECT_EQ(member_counts(*find_member("kev-0.8b")).total(), 186);
+  EXPECT_EQ(member_counts(*find_member("kev-4b")).total(), 248);
+  EXPECT_EQ(member_counts(*find_member("kev-9b")).total(), 248);
+  EXPECT_EQ(member_counts(*find_member("kev-27b")).total(), 496);
+  EXPECT_EQ(find_member("kev-1b"), nullptr);
+  EXPECT_EQ(kind_of([&] { known_recipe("kev-1b"); }), ErrorKind::kUnsupported);
+}
+
+TEST(Family, ShippedRecipesMatchTheBuiltInOnes) {
+  for (const auto& m : kev_family()) {
+    Recipe shipped = load_recipe(std::string(KEV_SOURCE_DIR) + "/recipes/" + m.model + ".json");
+    std::string msg;
+    EXPECT_EQ(kind_of([&] { require_fully_pinned(shipped, "r.json"); }, &msg),
+              ErrorKind::kBadInput);
+    // Shard names come from the base index at pin time; a shipped recipe may list them.
+    std::erase_if(shipped.base.files, [](const auto& f) {
+      for (const char* required : kRequiredBaseFiles)
+        if (f.first == required) return false;
+      return true;
+    });
+    EXPECT_EQ(recipe_to_json(shipped), recipe_to_json(known_recipe(m.model))) << m.model;
+  }
 }
 
 TEST(Configs, Kev4bHas248Targets) {
@@ -237,7 +277,7 @@ TEST(Configs, Kev4bHas248Targets) {
   auto t =
       expected_targets(parse_base_text_config(cfg, "c"), parse_lora_config(kAdapterConfig, "a"));
   EXPECT_EQ(t.size(), 248u);
-  check_kev4b_counts(t);
+  check_member_counts(*find_member("kev-4b"), t);
   // Base shapes as REFERENCE.md lists them for Kev-4B (h = 2560).
   std::map<std::string, std::vector<int64_t>> want = {
       {"layers.3.mlp.gate_proj", {9216, 2560}},

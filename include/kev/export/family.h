@@ -1,0 +1,59 @@
+// The Kev family: Kev-0.8B, Kev-4B, Kev-9B and Kev-27B, each a LoRA adapter (all twelve dense
+// and GDN projections, rank 16, alpha 32) plus a pointer head on a Qwen3.5-architecture base.
+//
+// Each member carries the published text config of its base (layer count, layer kinds, sizes).
+// The LoRA inventory a member's release must have is derived from that config with
+// expected_targets (the same function that derives an export's inventory from the pinned
+// config.json and adapter_config.json), never written down as a constant: Kev-0.8B 186,
+// Kev-4B 248, Kev-9B 248, Kev-27B 496 (recipes/README.md shows the arithmetic and sources).
+//
+// A revision the project could not confirm as a full 40-digit commit is empty here and null in
+// recipes/<model>.json; `kev pin` then takes it from a Hugging Face cache snapshot path or
+// from --base-revision / --checkpoint-revision, and refuses otherwise.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kev/export/configs.h"
+#include "kev/export/inventory.h"
+
+namespace kev {
+
+struct FamilyMember {
+  std::string model;                     // "kev-4b": the recipe's "model"
+  std::string display;                   // "Kev-4B"
+  std::string base_repo, base_revision;  // revision: 40 hex, or empty when not confirmed
+  std::string base_revision_prefix;      // short hash a model card names where no full one is known
+  std::string checkpoint_repo, checkpoint_revision;  // revision: 40 hex or empty
+  std::string reference_repo, reference_revision;
+  int64_t rank = 16;
+  double alpha = 32;
+  BaseTextConfig config;  // the base's published text settings
+};
+
+// In size order: kev-0.8b, kev-4b, kev-9b, kev-27b.
+const std::vector<FamilyMember>& kev_family();
+
+// nullptr for a model outside the family.
+const FamilyMember* find_member(std::string_view model);
+
+// The twelve projections every released Kev adapter names in target_modules.
+const std::vector<std::string>& kev_target_modules();
+
+struct TargetCounts {
+  int64_t mlp = 0, attention = 0, gdn = 0;
+  int64_t total() const { return mlp + attention + gdn; }
+  bool operator==(const TargetCounts&) const = default;
+};
+TargetCounts count_targets(const std::vector<LoraTarget>& targets);
+
+// What the member's release must hold: expected_targets(member.config, kev_target_modules()).
+TargetCounts member_counts(const FamilyMember& member);
+
+// Refuses (Error kBadInput) targets whose per-family counts differ from member_counts, naming
+// both and how the member's numbers follow from its base config.
+void check_member_counts(const FamilyMember& member, const std::vector<LoraTarget>& targets);
+
+}  // namespace kev

@@ -1,0 +1,118 @@
+#include "kev/export/family.h"
+
+#include "kev/core/error.h"
+
+namespace kev {
+namespace {
+
+// The commit of jaredpalmer/kev whose model cards name the 0.8B, 9B and 27B releases.
+constexpr const char* kCardsCommit = "0771e6d1832e01cffe7695aaf385eb1625ca4017";
+
+struct Dims {
+  int64_t hidden, intermediate, layers, heads, kv_heads, head_dim;
+  int64_t linear_key_heads, linear_value_heads, linear_key_dim, linear_value_dim;
+};
+
+// Qwen3.5 text config: full attention on every fourth layer (layer % 4 == 3), GDN elsewhere.
+BaseTextConfig qwen35_config(const Dims& d) {
+  BaseTextConfig c;
+  c.hidden = d.hidden;
+  c.intermediate = d.intermediate;
+  c.layers = d.layers;
+  c.heads = d.heads;
+  c.kv_heads = d.kv_heads;
+  c.head_dim = d.head_dim;
+  c.linear_key_heads = d.linear_key_heads;
+  c.linear_value_heads = d.linear_value_heads;
+  c.linear_key_dim = d.linear_key_dim;
+  c.linear_value_dim = d.linear_value_dim;
+  c.attn_output_gate = true;
+  for (int64_t l = 0; l < d.layers; ++l) c.full_attention.push_back(l % 4 == 3);
+  return c;
+}
+
+FamilyMember member(std::string model, std::string display, std::string base_repo,
+                    std::string base_revision, std::string prefix, std::string ckpt_repo,
+                    std::string ckpt_revision, std::string ref_revision, const Dims& d) {
+  FamilyMember m;
+  m.model = std::move(model);
+  m.display = std::move(display);
+  m.base_repo = std::move(base_repo);
+  m.base_revision = std::move(base_revision);
+  m.base_revision_prefix = std::move(prefix);
+  m.checkpoint_repo = std::move(ckpt_repo);
+  m.checkpoint_revision = std::move(ckpt_revision);
+  m.reference_repo = "jaredpalmer/kev";
+  m.reference_revision = std::move(ref_revision);
+  m.config = qwen35_config(d);
+  return m;
+}
+
+}  // namespace
+
+const std::vector<FamilyMember>& kev_family() {
+  static const std::vector<FamilyMember> family = {
+      member("kev-0.8b", "Kev-0.8B", "Qwen/Qwen3.5-0.8B-Base", "", "dc7cdfe2",
+             "jaredpalmer/kev-0.8b", "", kCardsCommit,
+             {1024, 3584, 24, 8, 2, 256, 16, 16, 128, 128}),
+      member("kev-4b", "Kev-4B", "Qwen/Qwen3.5-4B-Base", "1001bb4d826a52d1f399e183466143f4da7b741b",
+             "", "jaredpalmer/kev-4b", "139fdd94f1b6a6ad80cc15e08fcb99cac885a101", "2074cc44",
+             {2560, 9216, 32, 16, 4, 256, 16, 32, 128, 128}),
+      member("kev-9b", "Kev-9B", "Qwen/Qwen3.5-9B-Base", "", "68c46c4b", "jaredpalmer/kev-9b", "",
+             kCardsCommit, {4096, 12288, 32, 16, 4, 256, 16, 32, 128, 128}),
+      member("kev-27b", "Kev-27B", "Qwen/Qwen3.8-27B", "", "1d4bf0f2", "jaredpalmer/kev-27b", "",
+             kCardsCommit, {5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128}),
+  };
+  return family;
+}
+
+const FamilyMember* find_member(std::string_view model) {
+  for (const auto& m : kev_family())
+    if (m.model == model) return &m;
+  return nullptr;
+}
+
+const std::vector<std::string>& kev_target_modules() {
+  static const std::vector<std::string> modules = {
+      "q_proj",    "k_proj",      "v_proj",    "o_proj",    "gate_proj", "up_proj",
+      "down_proj", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj"};
+  return modules;
+}
+
+TargetCounts count_targets(const std::vector<LoraTarget>& targets) {
+  TargetCounts c;
+  for (const auto& t : targets) {
+    if (t.family == "mlp")
+      ++c.mlp;
+    else if (t.family == "self_attn")
+      ++c.attention;
+    else if (t.family == "linear_attn")
+      ++c.gdn;
+    else
+      fail(ErrorKind::kInternal, "LoRA target {} has unknown family {}", t.base_name, t.family);
+  }
+  return c;
+}
+
+TargetCounts member_counts(const FamilyMember& m) {
+  LoraConfig all;
+  all.rank = m.rank;
+  all.alpha = m.alpha;
+  all.target_modules = kev_target_modules();
+  return count_targets(expected_targets(m.config, all));
+}
+
+void check_member_counts(const FamilyMember& m, const std::vector<LoraTarget>& targets) {
+  const TargetCounts got = count_targets(targets), want = member_counts(m);
+  if (got == want) return;
+  int64_t full = 0;
+  for (bool f : m.config.full_attention) full += f ? 1 : 0;
+  fail(ErrorKind::kBadInput,
+       "config.json and adapter_config.json define {} LoRA targets ({} MLP, {} attention, {} "
+       "GDN); {} has exactly {} ({} MLP, {} attention, {} GDN: {}'s {} layers, {} of them full "
+       "attention, with all 12 projections)",
+       got.total(), got.mlp, got.attention, got.gdn, m.display, want.total(), want.mlp,
+       want.attention, want.gdn, m.base_repo, m.config.layers, full);
+}
+
+}  // namespace kev
