@@ -1,11 +1,25 @@
 // The flags `kev score` and `kev serve` share: encoding limits, request size, answer rounding,
-// prefix cache and compute threads, bound straight into a kev::ScorerOptions.
+// prefix cache, compute threads and precision, bound straight into a kev::ScorerOptions.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <map>
+#include <string>
 
 #include "kev/serve/scorer.h"
 
 namespace kev::cli {
+
+// `--precision fp32|bf16|int8` (kev::Precision, model.h), shared with `kev forward`.
+inline CLI::Option* add_precision_flag(CLI::App& app, Precision& p) {
+  static const std::map<std::string, Precision> names{
+      {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"int8", Precision::kInt8}};
+  return app
+      .add_option("--precision", p,
+                  "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within "
+                  "the parity budget of docs/performance.md)")
+      ->transform(CLI::CheckedTransformer(names))
+      ->default_str("fp32");
+}
 
 inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
   app.add_option("--max-state", o.limits.max_state, "max state tokens, <state> included")
@@ -24,6 +38,7 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
       ->capture_default_str();
   app.add_option("--threads", o.forward.threads,
                  "compute threads per request (default: all cores)");
+  add_precision_flag(app, o.forward.precision);
 }
 
 }  // namespace kev::cli
