@@ -16,31 +16,34 @@ namespace {
 constexpr int64_t kGroup = 16;  // outputs per packed group
 constexpr int64_t kMr = 6;      // activation rows per AVX2 tile
 constexpr int64_t kPairs = kQuantBlock / 2;
+constexpr float kWeightMax = 127.0f;  // int8 weights
+constexpr float kActMax = 32767.0f;   // int16 activations (gemm_int8.h says why)
 
 // One block of the quantization rule (gemm_int8.h); n <= 32 values, the rest of q zero.
 template <typename Q, typename Load>
-float quantize_block(Load load, int64_t n, Q* q) {
+float quantize_block(Load load, int64_t n, Q* q, float qmax) {
   float amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(load(i)));
   if (!(amax >= 1e-30f)) {  // zero (or subnormal-only, or NaN) block
     for (int64_t i = 0; i < kQuantBlock; ++i) q[i] = 0;
     return 0.0f;
   }
-  const float inv = 127.0f / amax;
+  const float inv = qmax / amax;
   for (int64_t i = 0; i < kQuantBlock; ++i) {
     float r = i < n ? std::nearbyint(load(i) * inv) : 0.0f;
-    q[i] = static_cast<Q>(std::min(127.0f, std::max(-127.0f, r)));
+    q[i] = static_cast<Q>(std::min(qmax, std::max(-qmax, r)));
   }
-  return amax / 127.0f;
+  return amax / qmax;
 }
 
 template <typename Q>
-void quantize_row(const float* v, int64_t n, Q* q, float* scale) {
+void quantize_row(const float* v, int64_t n, Q* q, float* scale, float qmax) {
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
   for (int64_t b = 0; b < blocks; ++b) {
     const float* vb = v + b * kQuantBlock;
-    scale[b] = quantize_block([vb](int64_t i) { return vb[i]; },
-                              std::min(kQuantBlock, n - b * kQuantBlock), q + b * kQuantBlock);
+    scale[b] =
+        quantize_block([vb](int64_t i) { return vb[i]; },
+                       std::min(kQuantBlock, n - b * kQuantBlock), q + b * kQuantBlock, qmax);
   }
 }
 
@@ -54,7 +57,7 @@ inline int64_t packed_offset(int64_t blocks, int64_t g, int64_t j, int64_t k) {
 
 // quantize_block for 32 floats (zero-padded) with AVX2: max, multiply, round-to-nearest-even
 // and clamp are exact or correctly rounded per element, so the result equals the scalar one.
-KEV_AVX2 float quantize_block_avx2(const float* v, int32_t* q) {
+KEV_AVX2 float quantize_block_avx2(const float* v, int32_t* q, float qmax) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 x[4];
   for (int i = 0; i < 4; ++i) x[i] = _mm256_loadu_ps(v + 8 * i);
@@ -70,20 +73,20 @@ KEV_AVX2 float quantize_block_avx2(const float* v, int32_t* q) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 8 * i), _mm256_setzero_si256());
     return 0.0f;
   }
-  const __m256 inv = _mm256_set1_ps(127.0f / amax), hi = _mm256_set1_ps(127.0f),
-               lo = _mm256_set1_ps(-127.0f);
+  const __m256 inv = _mm256_set1_ps(qmax / amax), hi = _mm256_set1_ps(qmax),
+               lo = _mm256_set1_ps(-qmax);
   for (int i = 0; i < 4; ++i) {
     __m256 r =
         _mm256_round_ps(_mm256_mul_ps(x[i], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm256_min_ps(hi, _mm256_max_ps(lo, r));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 8 * i), _mm256_cvtps_epi32(r));
   }
-  return amax / 127.0f;
+  return amax / qmax;
 }
 
 // One row by blocks with the AVX2 block quantizer (same values as quantize_row).
 template <typename Q>
-void quantize_row_avx2(const float* v, int64_t n, Q* q, float* scale) {
+void quantize_row_avx2(const float* v, int64_t n, Q* q, float* scale, float qmax) {
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
   alignas(32) float pad[kQuantBlock];
   alignas(32) int32_t qi[kQuantBlock];
@@ -95,7 +98,7 @@ void quantize_row_avx2(const float* v, int64_t n, Q* q, float* scale) {
       std::copy(src, src + len, pad);
       src = pad;
     }
-    scale[b] = quantize_block_avx2(src, qi);
+    scale[b] = quantize_block_avx2(src, qi, qmax);
     for (int64_t i = 0; i < kQuantBlock; ++i) q[b * kQuantBlock + i] = static_cast<Q>(qi[i]);
   }
 }
@@ -119,10 +122,10 @@ void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_t
         const int64_t m = static_cast<int64_t>(r);
         if (simd)
           quantize_row_avx2<int16_t>(x + m * ldx, k_total, out.q.data() + m * out.kp,
-                                     out.s.data() + m * out.blocks);
+                                     out.s.data() + m * out.blocks, kActMax);
         else
           quantize_row<int16_t>(x + m * ldx, k_total, out.q.data() + m * out.kp,
-                                out.s.data() + m * out.blocks);
+                                out.s.data() + m * out.blocks, kActMax);
       },
       threads);
 }
@@ -232,7 +235,7 @@ void range_avx2(const QuantRows& a, int64_t rows, const Int8Matrix& w, float* y,
 }  // namespace
 
 void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale) {
-  quantize_row<int8_t>(v, n, q, scale);
+  quantize_row<int8_t>(v, n, q, scale, kWeightMax);
 }
 
 Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
@@ -259,9 +262,9 @@ Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
             row[static_cast<size_t>(k)] = bf16_to_f32(h);
           }
           if (simd)
-            quantize_row_avx2<int8_t>(row.data(), w.cols, q.data(), sc.data());
+            quantize_row_avx2<int8_t>(row.data(), w.cols, q.data(), sc.data(), kWeightMax);
           else
-            quantize_row<int8_t>(row.data(), w.cols, q.data(), sc.data());
+            quantize_row<int8_t>(row.data(), w.cols, q.data(), sc.data(), kWeightMax);
           for (int64_t b = 0; b < m.blocks; ++b) {
             m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] =
                 sc[static_cast<size_t>(b)];

@@ -14,9 +14,10 @@
 //   above. kBf16 rounds each activation row to BF16 (round to nearest even) before the
 //   BF16-weight GEMM, i.e. BF16 x BF16 products with FP32 accumulation (exact products, so the
 //   same numbers as a BF16 dot-product unit with FP32 FMA accumulation). kInt8 quantizes those
-//   weights once when the model is built (or switched to kInt8), blockwise symmetric, and the
-//   activations per row and block at every call, with integer dot products (gemm_int8.h;
-//   ~1.06 bytes per weight held besides the mapping). Every mode keeps the batch-, thread- and
+//   weights to int8 once when the model is built (or switched to kInt8), blockwise symmetric,
+//   and the activations per row and block (to 16 bits) at every call, with integer dot
+//   products (gemm_int8.h; 1.125 bytes per weight held, the BF16 pages of those weights are
+//   released from the resident set). Every mode keeps the batch-, thread- and
 //   ISA-independence above (bitwise); the fast modes carry a parity budget against kFp32 and
 //   the float64 reference (docs/performance.md, tests/oracle/test_precision.py), not equality.
 // - PrefixState is an immutable value: run_rows/extend only read it.
@@ -41,7 +42,7 @@ enum class GdnMode {
 enum class Precision {
   kFp32,  // FP32 activations x BF16 weights: exact reference parity (default)
   kBf16,  // activations rounded to BF16 into the projections
-  kInt8,  // blockwise int8 weights and activations in the projections
+  kInt8,  // blockwise int8 weights (int16 activations) in the projections
 };
 const char* precision_name(Precision p);  // "fp32", "bf16", "int8"
 // Parses "fp32" | "bf16" | "int8"; Error(kBadInput) otherwise.
