@@ -140,10 +140,13 @@ void range_portable(const QuantRows& a, int64_t rows, const Int8Matrix& w, float
       const int64_t g = n / kGroup, j = n % kGroup;
       float acc = 0.0f;
       for (int64_t b = 0; b < w.blocks; ++b) {
+        // The block's 16 pairs of this output lie 32 bytes apart (packed_offset).
+        const int8_t* wb = w.q.data() + packed_offset(w.blocks, g, j, b * kQuantBlock);
+        const int16_t* xb = xq + b * kQuantBlock;
         int32_t isum = 0;
-        for (int64_t k = b * kQuantBlock; k < (b + 1) * kQuantBlock; ++k)
-          isum +=
-              int32_t{xq[k]} * int32_t{w.q[static_cast<size_t>(packed_offset(w.blocks, g, j, k))]};
+        for (int64_t p = 0; p < kPairs; ++p)
+          isum += int32_t{xb[2 * p]} * int32_t{wb[p * kGroup * 2]} +
+                  int32_t{xb[2 * p + 1]} * int32_t{wb[p * kGroup * 2 + 1]};
         const float sw = w.scale[static_cast<size_t>((g * w.blocks + b) * kGroup + j)];
         acc = std::fma(static_cast<float>(isum), sx[b] * sw, acc);
       }
