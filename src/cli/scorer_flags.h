@@ -2,7 +2,6 @@
 // prefix cache, compute threads and precision, bound straight into a kev::ScorerOptions.
 #pragma once
 #include <CLI/CLI.hpp>
-#include <map>
 #include <string>
 
 #include "kev/serve/scorer.h"
@@ -11,13 +10,12 @@ namespace kev::cli {
 
 // `--precision fp32|bf16|int8` (kev::Precision, model.h), shared with `kev forward`.
 inline CLI::Option* add_precision_flag(CLI::App& app, Precision& p) {
-  static const std::map<std::string, Precision> names{
-      {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"int8", Precision::kInt8}};
   return app
-      .add_option("--precision", p,
-                  "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within "
-                  "the parity budget of docs/performance.md)")
-      ->transform(CLI::CheckedTransformer(names))
+      .add_option_function<std::string>(
+          "--precision", [&p](const std::string& name) { p = parse_precision(name); },
+          "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within the "
+          "parity budget of docs/performance.md)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
       ->default_str("fp32");
 }
 
