@@ -2,7 +2,10 @@
 // Qwen3.5-0.8B (512-token prefill unless given), for one forced ISA, against the measured FP32
 // FMA peak of that ISA on the same cores.
 //
-// Usage: bench_gemm [--isa scalar|avx2|avx512] [--threads N] [--reps R] [--m M] [NAME=MxKxN ...]
+// Usage: bench_gemm [--isa scalar|avx2|avx512] [--threads N] [--reps R] [--m M] [--int8]
+//                   [NAME=MxKxN ...]
+// --int8: gemm_int8 (weights quantized first, untimed; activation quantization timed) instead;
+// its "gflops" count 2 per multiply-add as for FP32.
 // Default ISA: the dispatcher's (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks
 // is refused. Prints one JSON object per line: per shape the best of R timed runs.
 #include <chrono>
@@ -16,6 +19,7 @@
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
 #include "kev/model/gemm.h"
+#include "kev/model/gemm_int8.h"
 
 using namespace kev;
 
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
   size_t threads = default_workers();
   int reps = 5;
   int64_t m = 512;
+  bool int8 = false;
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -73,6 +78,8 @@ int main(int argc, char** argv) {
       threads = std::stoul(next());
     } else if (a == "--reps") {
       reps = std::stoi(next());
+    } else if (a == "--int8") {
+      int8 = true;
     } else if (a == "--m") {
       m = std::stoll(next());
     } else {
@@ -95,9 +102,9 @@ int main(int argc, char** argv) {
 
   bench::Peak peak = bench::fma_peak_gflops(isa, threads);
   std::printf(
-      "{\"isa\": \"%s\", \"threads\": %zu, \"fma_peak_gflops\": %.2f, "
+      "{\"isa\": \"%s\", \"kernel\": \"%s\", \"threads\": %zu, \"fma_peak_gflops\": %.2f, "
       "\"fma_peak_cpu_gflops\": %.2f}\n",
-      isa_name(isa), threads, peak.wall, peak.cpu);
+      isa_name(isa), int8 ? "int8" : "bf16-weight fp32", threads, peak.wall, peak.cpu);
   std::fflush(stdout);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
@@ -108,12 +115,20 @@ int main(int argc, char** argv) {
     for (auto& v : x) v = d(rng);
     for (auto& v : w) v = f32_to_bf16(d(rng) * 0.05f);
     Bf16Matrix mat{w.data(), s.n, s.k};
-    gemm_bf16_isa(isa, x.data(), s.m, s.k, mat, y.data(), s.n, threads);  // warm
+    Int8Matrix q;
+    if (int8) q = quantize_int8(mat, threads);
+    auto run = [&] {
+      if (int8)
+        gemm_int8_isa(isa, x.data(), s.m, s.k, q, y.data(), s.n, threads);
+      else
+        gemm_bf16_isa(isa, x.data(), s.m, s.k, mat, y.data(), s.n, threads);
+    };
+    run();  // warm
     double best = 1e30, best_cpu = 1e30;
     for (int r = 0; r < reps; ++r) {
       auto t0 = std::chrono::steady_clock::now();
       double c0 = bench::detail::process_cpu_seconds();
-      gemm_bf16_isa(isa, x.data(), s.m, s.k, mat, y.data(), s.n, threads);
+      run();
       best = std::min(best, bench::detail::seconds_since(t0));
       best_cpu = std::min(best_cpu, bench::detail::process_cpu_seconds() - c0);
     }

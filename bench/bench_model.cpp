@@ -4,8 +4,10 @@
 // The peak is measured for the GEMM's own ISA (bench/fma_peak.h): no AVX-512 code runs on a
 // CPU without it.
 //
-// Usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] [--gdn chunked]
-// Prints one JSON object on stdout.
+// Usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] [chunked]
+//                    [fp32|bf16|int8]
+// (the last two anywhere after MODEL_DIR: GDN form, ForwardOptions::precision; load_s includes
+// the int8 quantization). Prints one JSON object on stdout.
 #include <dlfcn.h>
 
 #include <chrono>
@@ -42,8 +44,11 @@ int main(int argc, char** argv) {
   int64_t rows_n = argc > 3 ? std::stoll(argv[3]) : 8;
   int64_t row_len = argc > 4 ? std::stoll(argv[4]) : 64;
   ForwardOptions opts;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "chunked") opts.gdn = GdnMode::kChunked;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "chunked") opts.gdn = GdnMode::kChunked;
+    if (a == "fp32" || a == "bf16" || a == "int8") opts.precision = parse_precision(a);
+  }
   auto t_load = Clock::now();
   auto model = Model::load(dir, opts);
   double load_s = secs(t_load);
@@ -117,7 +122,8 @@ int main(int argc, char** argv) {
   // The peak of the ISA the GEMM runs with (an AVX2 machine gets the AVX2 probe).
   bench::Peak peak = bench::fma_peak_gflops(best_gemm_isa(), default_workers());
   std::printf(
-      "{\"isa\": \"%s\", \"threads\": %zu, \"load_s\": %.3f, \"state_tokens\": %lld, "
+      "{\"isa\": \"%s\", \"precision\": \"%s\", \"threads\": %zu, \"load_s\": %.3f, "
+      "\"state_tokens\": %lld, "
       "\"prefill_s\": %.4f, "
       "\"prefill_tok_s\": %.2f, \"prefill_cpu_s\": %.4f, \"rows\": %lld, \"row_tokens\": %lld, "
       "\"rows_s\": %.4f, "
@@ -126,10 +132,11 @@ int main(int argc, char** argv) {
       "\"gemm_shape\": [%lld, %lld, %lld], \"gemm_gflops\": %.2f, \"gemm_cpu_gflops\": %.2f, "
       "\"openblas_sgemm_gflops\": %.2f, "
       "\"fma_peak_gflops\": %.2f, \"fma_peak_cpu_gflops\": %.2f}\n",
-      isa_name(best_gemm_isa()), default_workers(), load_s, (long long)state_n, prefill_s,
-      state_n / prefill_s, prefill_cpu_s, (long long)rows_n, (long long)row_len, rows_s,
-      rows_n * row_len / rows_s, flop_tok / 1e9, flop_tok * state_n / prefill_s / 1e9,
-      flop_tok * rows_n * row_len / rows_s / 1e9, (long long)m, (long long)k, (long long)n,
-      gemm_gflops, gemm_cpu_gflops, blas_gflops, peak.wall, peak.cpu);
+      isa_name(best_gemm_isa()), precision_name(opts.precision), default_workers(), load_s,
+      (long long)state_n, prefill_s, state_n / prefill_s, prefill_cpu_s, (long long)rows_n,
+      (long long)row_len, rows_s, rows_n * row_len / rows_s, flop_tok / 1e9,
+      flop_tok * state_n / prefill_s / 1e9, flop_tok * rows_n * row_len / rows_s / 1e9,
+      (long long)m, (long long)k, (long long)n, gemm_gflops, gemm_cpu_gflops, blas_gflops,
+      peak.wall, peak.cpu);
   return res.empty() ? 1 : 0;
 }

@@ -9,6 +9,7 @@
 #include "kev/export/merge.h"
 #include "kev/head/pointer_head.h"
 #include "kev/model/gemm.h"
+#include "kev/model/gemm_int8.h"
 
 namespace {
 
@@ -23,6 +24,7 @@ const bool registered = kev::cli::register_command(
                               {"avx512", kev::isa_supported(Isa::kAvx512)}}},
                             {"kernels",
                              {{"gemm", kev::isa_name(kev::best_gemm_isa())},
+                              {"gemm_int8", kev::isa_name(kev::best_int8_isa())},
                               {"merge", kev::isa_name(kev::merge_isa())},
                               {"head", kev::isa_name(kev::head_isa())}}}};
         std::printf("%s\n", j.dump().c_str());

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "cli/command.h"
+#include "cli/scorer_flags.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/formats/safetensors.h"
@@ -23,6 +24,7 @@ struct Options {
   std::string bundle, input, output, gdn = "recurrent";
   bool with_prefix = false;
   size_t threads = 0;
+  Precision precision = Precision::kFp32;
 };
 
 std::vector<int64_t> int_list(const nlohmann::json& j, const std::string& what) {
@@ -71,6 +73,7 @@ int run_forward(const Options& o) {
   ForwardOptions fo;
   fo.threads = o.threads;
   fo.gdn = o.gdn == "chunked" ? GdnMode::kChunked : GdnMode::kRecurrent;
+  fo.precision = o.precision;
   auto model = Model::load(o.bundle, fo);
   const int64_t h = model->config().hidden;
   PrefixState state = model->empty_state();
@@ -117,6 +120,7 @@ const bool registered =
       app.add_option("--gdn", o->gdn, "GDN form: recurrent (exact, default) or chunked")
           ->check(CLI::IsMember({"recurrent", "chunked"}));
       app.add_option("--threads", o->threads, "worker threads (default: all cores)");
+      add_precision_flag(app, o->precision);
       return [o] { return run_forward(*o); };
     });
 

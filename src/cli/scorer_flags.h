@@ -1,11 +1,23 @@
 // The flags `kev score` and `kev serve` share: encoding limits, request size, answer rounding,
-// prefix cache and compute threads, bound straight into a kev::ScorerOptions.
+// prefix cache, compute threads and precision, bound straight into a kev::ScorerOptions.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "kev/serve/scorer.h"
 
 namespace kev::cli {
+
+// `--precision fp32|bf16|int8` (kev::Precision, model.h), shared with `kev forward`.
+inline CLI::Option* add_precision_flag(CLI::App& app, Precision& p) {
+  return app
+      .add_option_function<std::string>(
+          "--precision", [&p](const std::string& name) { p = parse_precision(name); },
+          "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within the "
+          "parity budget of docs/performance.md)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
+      ->default_str("fp32");
+}
 
 inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
   app.add_option("--max-state", o.limits.max_state, "max state tokens, <state> included")
@@ -31,6 +43,7 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
       ->capture_default_str();
   app.add_option("--threads", o.forward.threads,
                  "compute threads per request (default: all cores)");
+  add_precision_flag(app, o.forward.precision);
 }
 
 }  // namespace kev::cli

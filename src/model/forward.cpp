@@ -19,15 +19,28 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/threads.h"
 #include "kev/model/gemm.h"
+#include "kev/model/gemm_int8.h"
 #include "kev/model/model.h"
 #include "model/vec.h"
 
 namespace kev {
+
+// The projections kInt8 runs quantized, keyed by their BF16 data (model.h lists which).
+struct Int8Weights {
+  std::unordered_map<const uint16_t*, Int8Matrix> by_data;
+  const Int8Matrix& at(const Bf16Matrix& m) const {
+    auto it = by_data.find(m.data);
+    if (it == by_data.end()) fail(ErrorKind::kInternal, "projection has no int8 weights");
+    return it->second;
+  }
+};
+
 namespace {
 
 constexpr int64_t kChunk = 64;
@@ -55,7 +68,7 @@ struct Segment {
 
 // Scratch for one batch; sized once per call, so nothing is allocated per token or per layer.
 struct Workspace {
-  std::vector<float> x, xn, mix, big1, big2, qkv, aux1, aux2, cos, sin;
+  std::vector<float> x, xn, mix, big1, big2, qkv, aux1, aux2, cos, sin, rounded;
 };
 
 void rmsnorm_rows(const float* x, float* out, int64_t rows, int64_t n, const float* w,
@@ -86,8 +99,13 @@ void rope_inplace(float* x, const float* c, const float* s, int64_t half) {
 
 class Runner {
  public:
-  Runner(const ModelWeights& w, const ForwardOptions& o)
-      : w_(w), c_(w.config()), threads_(o.threads ? o.threads : default_workers()), mode_(o.gdn) {}
+  Runner(const ModelWeights& w, const ForwardOptions& o, const Int8Weights* int8)
+      : w_(w),
+        c_(w.config()),
+        threads_(o.threads ? o.threads : default_workers()),
+        mode_(o.gdn),
+        precision_(o.precision),
+        int8_(int8) {}
 
   // Runs the segments (each continuing its own `from`, which may differ between segments) and
   // writes final-normed hidden states [T, H]. With state_out (only for one segment) the
@@ -175,7 +193,31 @@ class Runner {
     for (int64_t i = 0; i < n; ++i) ws_.x[z(i)] += ws_.mix[z(i)];
   }
 
+  // A big projection: runs in the model's precision (model.h).
   void gemm(const float* x, int64_t ldx, const Bf16Matrix& m, float* y) {
+    if (precision_ == Precision::kInt8) {
+      gemm_int8(x, total_, ldx, int8_->at(m), y, m.rows, threads_);
+      return;
+    }
+    if (precision_ == Precision::kBf16) {
+      const int64_t k = m.cols;
+      ws_.rounded.resize(z(total_ * k));
+      float* r = ws_.rounded.data();
+      parallel_for(
+          z(total_),
+          [&](size_t row) {
+            const float* src = x + static_cast<int64_t>(row) * ldx;
+            float* dst = r + static_cast<int64_t>(row) * k;
+            for (int64_t i = 0; i < k; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+          },
+          threads_);
+      gemm_bf16(r, total_, k, m, y, m.rows, threads_);
+      return;
+    }
+    gemm_fp32(x, ldx, m, y);
+  }
+  // FP32 activations in every mode (the small GDN gate projections).
+  void gemm_fp32(const float* x, int64_t ldx, const Bf16Matrix& m, float* y) {
     gemm_bf16(x, total_, ldx, m, y, m.rows, threads_);
   }
 
@@ -294,8 +336,8 @@ class Runner {
     float* bb = ws_.mix.data();     // [T, lv] -> beta (mix is free until out_proj)
     gemm(ws_.xn.data(), c_.hidden, gw.qkv, raw);
     gemm(ws_.xn.data(), c_.hidden, gw.z, zb);
-    gemm(ws_.xn.data(), c_.hidden, gw.a, ab);
-    gemm(ws_.xn.data(), c_.hidden, gw.b, bb);
+    gemm_fp32(ws_.xn.data(), c_.hidden, gw.a, ab);
+    gemm_fp32(ws_.xn.data(), c_.hidden, gw.b, bb);
     const int64_t hist = kk - 1;
     // Causal depthwise conv over (history, segment) then SiLU; rows independent per segment.
     constexpr int64_t cblock = 256, kMaxConvTaps = 8;
@@ -501,6 +543,8 @@ class Runner {
   const ModelConfig& c_;
   size_t threads_;
   GdnMode mode_;
+  Precision precision_;
+  const Int8Weights* int8_;
   Workspace ws_;
   int64_t total_ = 0;
 };
@@ -556,9 +600,49 @@ void check_state(const ModelConfig& c, const PrefixState& s) {
 
 }  // namespace
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kInt8:
+      return "int8";
+    default:
+      return "fp32";
+  }
+}
+
+Precision parse_precision(const std::string& name) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8})
+    if (name == precision_name(p)) return p;
+  fail(ErrorKind::kBadInput, "unknown precision '{}' (expected fp32, bf16 or int8)", name);
+}
+
 Model::Model(std::unique_ptr<ModelWeights> weights, ForwardOptions options)
-    : weights_(std::move(weights)), options_(options) {}
+    : weights_(std::move(weights)) {
+  set_options(options);
+}
 Model::~Model() = default;
+
+void Model::set_options(const ForwardOptions& o) {
+  options_ = o;
+  if (o.precision != Precision::kInt8 || int8_) return;
+  auto q = std::make_unique<Int8Weights>();
+  // Each quantized projection's BF16 pages leave the resident set once copied, so int8 does not
+  // hold both (the mapping stays valid: fp32/bf16 later fault them back in).
+  auto add = [&](const Bf16Matrix& m) {
+    q->by_data.emplace(m.data, quantize_int8(m, o.threads));
+    weights_->release_pages(m);
+  };
+  for (const LayerWeights& l : weights_->layers()) {
+    if (l.full_attention) {
+      for (const Bf16Matrix* m : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o}) add(*m);
+    } else {
+      for (const Bf16Matrix* m : {&l.gdn.qkv, &l.gdn.z, &l.gdn.out}) add(*m);
+    }
+    for (const Bf16Matrix* m : {&l.gate, &l.up, &l.down}) add(*m);
+  }
+  int8_ = std::move(q);
+}
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options) {
   return std::make_unique<Model>(ModelWeights::load(model_dir), options);
@@ -589,7 +673,7 @@ PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& i
     std::vector<Segment> segs{make_segment(*current, part, part_positions)};
     PrefixState out;
     std::vector<float> h;
-    Runner(*weights_, options_).run(segs, h, &out);
+    Runner(*weights_, options_, int8_.get()).run(segs, h, &out);
     if (hidden) hidden->insert(hidden->end(), h.begin(), h.end());
     next = std::move(out);
     current = &next;
@@ -633,7 +717,7 @@ std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& pr
     std::vector<Segment> batch(segs.begin() + static_cast<std::ptrdiff_t>(first),
                                segs.begin() + static_cast<std::ptrdiff_t>(last));
     std::vector<float> h;
-    Runner(*weights_, options_).run(batch, h, nullptr);
+    Runner(*weights_, options_, int8_.get()).run(batch, h, nullptr);
     for (size_t r = first; r < last; ++r) collect_row(rows[r], batch[r - first], h, hd, results[r]);
     first = last;
   }

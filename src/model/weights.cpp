@@ -204,4 +204,16 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
   return w;
 }
 
+void ModelWeights::release_pages(const Bf16Matrix& m) const {
+  const auto* begin = reinterpret_cast<const uint8_t*>(m.data);
+  const size_t bytes = static_cast<size_t>(m.rows * m.cols) * 2;
+  for (const auto& f : files_) {
+    const uint8_t* base = f->file().data();
+    if (base && begin >= base && begin + bytes <= base + f->file().size()) {
+      f->file().release_pages(static_cast<size_t>(begin - base), bytes);
+      return;
+    }
+  }
+}
+
 }  // namespace kev

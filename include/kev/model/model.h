@@ -7,6 +7,19 @@
 //   a row's result never depends on which other rows run with it, in which order, or on the
 //   thread count. With GdnMode::kRecurrent (default), prefix + row gives bitwise the same hidden
 //   states as prefix-then-row run as one sequence.
+// - Precision (ForwardOptions::precision) picks the arithmetic of the big linear projections
+//   (attention q/k/v/o, GDN in_proj_qkv / in_proj_z / out_proj, MLP gate/up/down); norms,
+//   the GDN a/b gate projections, the conv and recurrence, attention scores and softmax and the
+//   embedding stay FP32 in every mode. kFp32 (default) is the exact reference-parity mode
+//   above. kBf16 rounds each activation row to BF16 (round to nearest even) before the
+//   BF16-weight GEMM, i.e. BF16 x BF16 products with FP32 accumulation (exact products, so the
+//   same numbers as a BF16 dot-product unit with FP32 FMA accumulation). kInt8 quantizes those
+//   weights to int8 once when the model is built (or switched to kInt8), blockwise symmetric,
+//   and the activations per row and block (to 16 bits) at every call, with integer dot
+//   products (gemm_int8.h; 1.125 bytes per weight held, the BF16 pages of those weights are
+//   released from the resident set). Every mode keeps the batch-, thread- and
+//   ISA-independence above (bitwise); the fast modes carry a parity budget against kFp32 and
+//   the float64 reference (docs/performance.md, tests/oracle/test_precision.py), not equality.
 // - PrefixState is an immutable value: run_rows/extend only read it. One run_rows pass may mix
 //   rows of different prefixes; a row only ever reads its own prefix's cache.
 // - Ids must be < vocab, positions >= 0 (default: continuing after the state, i.e. state.length,
@@ -27,10 +40,22 @@ enum class GdnMode {
   kChunked,    // chunks of 64 tokens (UT-transform form); faster on long sequences
 };
 
+enum class Precision {
+  kFp32,  // FP32 activations x BF16 weights: exact reference parity (default)
+  kBf16,  // activations rounded to BF16 into the projections
+  kInt8,  // blockwise int8 weights (int16 activations) in the projections
+};
+const char* precision_name(Precision p);  // "fp32", "bf16", "int8"
+// Parses "fp32" | "bf16" | "int8"; Error(kBadInput) otherwise.
+Precision parse_precision(const std::string& name);
+
 struct ForwardOptions {
   GdnMode gdn = GdnMode::kRecurrent;
   size_t threads = 0;  // 0 = default_workers()
+  Precision precision = Precision::kFp32;
 };
+
+struct Int8Weights;  // the quantized projections of kInt8 (forward.cpp)
 
 // Per-layer cache after a prefix. Attention layers: k, v [length, kv_heads * head_dim] (after
 // k_norm and RoPE). GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest
@@ -64,7 +89,8 @@ class Model {
   const ModelConfig& config() const { return weights_->config(); }
   const ModelWeights& weights() const { return *weights_; }
   const ForwardOptions& options() const { return options_; }
-  void set_options(const ForwardOptions& o) { options_ = o; }
+  // Switching to kInt8 quantizes the weights then (once); not concurrent with a forward.
+  void set_options(const ForwardOptions& o);
 
   PrefixState empty_state() const;
   // Runs `ids` after `from` and returns the longer state; `hidden` (if not null) receives the
@@ -84,6 +110,7 @@ class Model {
  private:
   std::unique_ptr<ModelWeights> weights_;
   ForwardOptions options_;
+  std::unique_ptr<Int8Weights> int8_;
 };
 
 }  // namespace kev

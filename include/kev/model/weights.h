@@ -56,6 +56,10 @@ class ModelWeights {
   const std::vector<float>& final_norm() const { return final_norm_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
   const std::string& prefix() const { return prefix_; }
+  // Drops the resident pages wholly inside m's BF16 data from this process (MADV_DONTNEED on
+  // the read-only file mapping: a later read faults them back in from the file). For a mode
+  // that keeps its own copy of m (--precision int8). No-op for a matrix not in a mapping.
+  void release_pages(const Bf16Matrix& m) const;
 
  private:
   ModelConfig config_;

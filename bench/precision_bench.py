@@ -1,0 +1,149 @@
+"""Precision modes (`--precision fp32|bf16|int8`): parity distribution and speed.
+
+Usage:
+  /usr/bin/python3 bench/precision_bench.py parity KEV WORK --shape 0.8b|4b|tiny [--questions 500]
+      [--reference N] [--temperature T] [--layers L]
+  /usr/bin/python3 bench/precision_bench.py speed KEV MODEL_DIR [--tokens 512] [--threads 2]
+
+parity: synthesizes (once, under WORK) a checkpoint with the shape's per-layer dimensions and 32
+layers (`kev export` takes Kev-4B's 32-layer, 248-target inventory, so a 0.8b shape is exported
+with 32 layers instead of 24), pins and exports it, scores >= --questions generated questions
+in every mode with `kev score`, and prints per mode the distribution of max |dp| per question
+against kev fp32 (and against the float64 torch reference on the first --reference questions'
+requests), the reference's top-2 margin distribution and the argmax flips (with margins).
+speed: per mode, a `kev forward` of --tokens tokens minus a 1-token run (load and, for int8,
+quantization cancel), each under /usr/bin/time -v (peak RSS), alternating modes, best of 3.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "oracle"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "pylib"))
+import kevtest  # noqa: E402
+import precision_parity as pp  # noqa: E402
+
+MODES = ("fp32", "bf16", "int8")
+
+
+def parity(a):
+    kevtest.KEV_BIN = os.path.abspath(a.kev)
+    work = os.path.abspath(a.work)
+    bundle = os.path.join(work, "bundle")
+    if not os.path.exists(bundle):
+        os.makedirs(work, exist_ok=True)
+        extra = ["--shape", a.shape, "--layers", str(a.layers), "--temperature", str(a.temperature),
+                 "--seed", "5", *a.synth_arg]
+        if os.path.exists(kevtest.QWEN3_TOKENIZER):
+            extra += ["--tokenizer", kevtest.QWEN3_TOKENIZER]
+        t0 = time.time()
+        kevtest.synth_bundle(work, *extra)
+        print(f"synth + pin + export: {time.time() - t0:.0f} s", flush=True)
+    reqs = pp.requests(a.questions, seed=a.seed)
+    got, secs = {}, {}
+    for mode in MODES:
+        t0 = time.time()
+        got[mode] = pp.score(bundle, reqs, mode)
+        secs[mode] = time.time() - t0
+        print(f"{mode}: {len(got[mode])} questions scored in {secs[mode]:.1f} s", flush=True)
+    if a.save:
+        with open(a.save, "w") as f:
+            json.dump(got, f)
+    result = {"shape": a.shape, "layers": a.layers, "temperature": a.temperature, "modes": {},
+              "score_s": secs}
+    for mode in MODES[1:]:
+        c = pp.compare(got[mode], got["fp32"])
+        result["modes"][mode] = {"vs_fp32": pp.summary(c), "within_budget_vs_fp32": pp.within_budget(c)}
+        # The same answers at softer head temperatures (p ~ softmax(l / T): log p rescales exactly).
+        for t in a.soften:
+            f = a.temperature / t
+            c = pp.compare(pp.rescale(got[mode], f), pp.rescale(got["fp32"], f))
+            result["modes"][mode][f"vs_fp32_T{t}"] = pp.summary(c)
+            result["modes"][mode][f"within_budget_vs_fp32_T{t}"] = pp.within_budget(c)
+    if a.reference:
+        from score_reference import ScoringReference
+        sub, n = [], 0
+        for r in reqs:
+            if n >= a.reference:
+                break
+            sub.append(r)
+            n += len(r["questions"])
+        f64 = pp.reference_probs(ScoringReference(os.path.join(work, "synth")).score(sub))
+        for mode in MODES:
+            c = pp.compare(got[mode][:len(f64)], f64)
+            result["modes"].setdefault(mode, {})["vs_float64"] = pp.summary(c)
+            result["modes"][mode]["within_budget_vs_float64"] = pp.within_budget(c)
+    print(json.dumps(result, indent=1))
+
+
+def timed_forward(kev, model, ids, mode, threads, tmp):
+    inp = os.path.join(tmp, "in.json")
+    with open(inp, "w") as f:
+        json.dump({"rows": [{"ids": ids}]}, f)
+    t0 = time.time()
+    proc = subprocess.run(["/usr/bin/time", "-v", kev, "forward", "--bundle", model, "--input", inp,
+                           "--output", os.path.join(tmp, "out.safetensors"), "--precision", mode,
+                           "--threads", str(threads)], capture_output=True, text=True, check=True)
+    wall = time.time() - t0
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
+    cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", proc.stderr).group(1)) for k in ("User", "System"))
+    return wall, cpu, rss
+
+
+def speed(a):
+    ids = [(i * 7919) % 100000 + 10 for i in range(a.tokens)]
+    best = {m: {"prefill_s": 1e9, "prefill_cpu_s": 1e9, "rss_kib": 0} for m in MODES}
+    with tempfile.TemporaryDirectory(prefix="prec-speed-") as tmp:
+        for _ in range(a.rounds):
+            for mode in MODES:
+                w1, c1, _ = timed_forward(a.kev, a.model, ids[:1], mode, a.threads, tmp)
+                wn, cn, rss = timed_forward(a.kev, a.model, ids, mode, a.threads, tmp)
+                b = best[mode]
+                b["prefill_s"] = min(b["prefill_s"], wn - w1)
+                b["prefill_cpu_s"] = min(b["prefill_cpu_s"], cn - c1)
+                b["rss_kib"] = max(b["rss_kib"], rss)
+                print(mode, f"wall {wn - w1:.2f} s cpu {cn - c1:.2f} s rss {rss} KiB", flush=True)
+    cpu = subprocess.run([a.kev, "cpu"], capture_output=True, text=True).stdout.strip()
+    for m in MODES:
+        best[m]["tok_s"] = a.tokens / best[m]["prefill_s"]
+        best[m]["tok_per_cpu_s"] = a.tokens / best[m]["prefill_cpu_s"]
+        best[m]["speedup_vs_fp32_cpu"] = best["fp32"]["prefill_cpu_s"] / best[m]["prefill_cpu_s"]
+    print(json.dumps({"model": a.model, "tokens": a.tokens, "threads": a.threads, "kev_cpu": cpu, "modes": best},
+                     indent=1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("parity")
+    p.add_argument("kev")
+    p.add_argument("work")
+    p.add_argument("--shape", default="0.8b")
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--questions", type=int, default=500)
+    p.add_argument("--reference", type=int, default=0, help="questions also compared with float64")
+    p.add_argument("--temperature", type=float, default=0.5)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--synth-arg", action="append", default=[],
+                   help="extra `kev synth` argument (repeat), e.g. --synth-arg=--linear-key-dim=32")
+    p.add_argument("--save", help="write every mode's probabilities here (JSON)")
+    p.add_argument("--soften", type=float, nargs="*", default=[],
+                   help="also report at these (higher) head temperatures, by rescaling log p")
+    s = sub.add_parser("speed")
+    s.add_argument("kev")
+    s.add_argument("model")
+    s.add_argument("--tokens", type=int, default=512)
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    parity(a) if a.cmd == "parity" else speed(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+// Blockwise int8-weight matrix products for `--precision int8` (see model.h, Precision).
+//
+// Quantization (weights once at load time, activations at every call; one rule for both with
+// its own range Q): K is split into blocks of 32 (the last one zero-padded). For a row r and
+// block b, amax = max |v|, scale = amax / Q and q = nearbyint(v * (Q / amax)) clamped to
+// [-Q, Q] (all zeros and scale 0 when amax < 1e-30). Weights: Q = 127 (int8, one FP32 scale per
+// output row per block). Activations: Q = 32767 (int16, per row per block). The activations
+// are not cut to 8 bits because the AVX2 kernel multiplies int16 pairs (vpmaddwd) either way:
+// 16-bit activations cost nothing here and halve the error (docs/performance.md, "Precision
+// modes"; set kActMax in gemm_int8.cpp to 127 for W8A8).
+//
+// gemm_int8: y[m, n] = sum over blocks b in ascending order of
+//   acc = fma(float(isum_b), sx[m][b] * sw[n][b], acc), acc starting at 0,
+// where isum_b = sum_k qx[m][k] * qw[n][k] over the block is an exact int32 (|isum| <= 32 *
+// 32767 * 127 < 2^31) and float() rounds to nearest even. That order depends on K only: an
+// output never depends on the batch, the thread split or the ISA (portable and AVX2 are
+// bitwise identical; there is no AVX-512/VNNI variant yet, so an AVX-512 CPU runs the AVX2
+// kernel).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kev/core/isa.h"
+#include "kev/model/weights.h"
+
+namespace kev {
+
+constexpr int64_t kQuantBlock = 32;
+
+// A quantized [rows, cols] matrix, packed for the kernels: outputs in groups of 16 (the last
+// zero-padded), per group [block][pair of k][16 outputs][2] int8, scales [group][block][16].
+struct Int8Matrix {
+  int64_t rows = 0, cols = 0, blocks = 0, groups = 0;
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  size_t bytes() const { return q.size() + scale.size() * sizeof(float); }
+};
+
+Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads = 0);
+
+// The int8 kernels' variant: the best this CPU supports, at most kAvx2 (there is no AVX-512
+// variant), capped by KEV_GEMM_ISA / KEV_ISA like the FP32 GEMM (`kev cpu`: "gemm_int8").
+Isa best_int8_isa();
+
+// Quantizes x (rows x K, row stride ldx) per row and block, then y = x * W^T as above.
+void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
+               int64_t ldy, size_t threads = 0);
+// isa must be supported by this CPU; kAvx512 runs the AVX2 kernel.
+void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
+                   float* y, int64_t ldy, size_t threads);
+
+// The weight rule above (Q = 127), for one row of n values: q [blocks * 32] (zero-padded),
+// scale [blocks]. Exposed for tests.
+void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale);
+
+}  // namespace kev

@@ -1,0 +1,127 @@
+// Int8 GEMM: the quantization rule, accuracy against a double evaluation of the unquantized
+// product, and the reproducibility promises of gemm_int8.h (ISA-, batch- and
+// thread-independence, bitwise).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kev/core/bf16.h"
+#include "kev/model/gemm_int8.h"
+
+namespace kev {
+namespace {
+
+struct Problem {
+  int64_t m, k, n;
+  std::vector<float> x;
+  std::vector<uint16_t> w;
+  Bf16Matrix mat() const { return {w.data(), n, k}; }
+};
+
+Problem make(int64_t m, int64_t k, int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  Problem p{m, k, n, std::vector<float>(static_cast<size_t>(m * k)),
+            std::vector<uint16_t>(static_cast<size_t>(n * k))};
+  for (auto& v : p.x) v = d(rng);
+  for (auto& v : p.w) v = f32_to_bf16(0.05f * d(rng));
+  return p;
+}
+
+std::vector<float> run(const Problem& p, const Int8Matrix& q, Isa isa, size_t threads) {
+  std::vector<float> y(static_cast<size_t>(p.m * p.n), NAN);
+  gemm_int8_isa(isa, p.x.data(), p.m, p.k, q, y.data(), p.n, threads);
+  return y;
+}
+
+std::vector<Isa> isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(i)) out.push_back(i);
+  return out;
+}
+
+TEST(GemmInt8, QuantizeRowRule) {
+  std::vector<float> v(40, 0.0f);
+  v[0] = 2.0f;
+  v[1] = -1.0f;
+  v[2] = 0.5f;
+  v[33] = -3.0f;
+  std::vector<int8_t> q(64, 99);
+  float s[2];
+  quantize_row_int8(v.data(), 40, q.data(), s);
+  EXPECT_FLOAT_EQ(s[0], 2.0f / 127.0f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], -64);  // -63.5 rounds to even
+  EXPECT_EQ(q[2], 32);   // 31.75
+  EXPECT_EQ(q[3], 0);
+  EXPECT_FLOAT_EQ(s[1], 3.0f / 127.0f);
+  EXPECT_EQ(q[33], -127);
+  for (int i = 40; i < 64; ++i) EXPECT_EQ(q[i], 0) << i;  // padding
+  std::vector<float> zero(32, 0.0f);
+  quantize_row_int8(zero.data(), 32, q.data(), s);
+  EXPECT_EQ(s[0], 0.0f);
+  EXPECT_EQ(q[5], 0);
+}
+
+TEST(GemmInt8, CloseToUnquantizedProduct) {
+  for (auto [m, k, n] : {std::tuple{1, 1, 1},
+                         {7, 83, 11},
+                         {5, 32, 16},
+                         {13, 256, 33},
+                         {4, 1000, 4},
+                         {9, 1024, 70}}) {
+    Problem p = make(m, k, n, 11);
+    Int8Matrix q = quantize_int8(p.mat(), 2);
+    for (Isa isa : isas()) {
+      std::vector<float> y = run(p, q, isa, 2);
+      double err2 = 0, ref2 = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0, mag = 0;
+          for (int64_t t = 0; t < k; ++t) {
+            double prod = double(p.x[i * k + t]) * bf16_to_f32(p.w[j * k + t]);
+            ref += prod;
+            mag += std::fabs(prod);
+          }
+          // Each factor is off by at most half a step (amax / 254) of its block.
+          ASSERT_NEAR(y[i * n + j], ref, 0.03 * mag + 1e-6)
+              << isa_name(isa) << " m=" << m << " k=" << k << " n=" << n;
+          err2 += (y[i * n + j] - ref) * (y[i * n + j] - ref);
+          ref2 += ref * ref;
+        }
+      if (k >= 256) {
+        EXPECT_LT(std::sqrt(err2 / ref2), 0.02) << isa_name(isa) << " k=" << k;
+      }
+    }
+  }
+}
+
+TEST(GemmInt8, BitwiseAcrossIsaBatchAndThreads) {
+  Problem p = make(23, 700, 53, 5);
+  Int8Matrix q = quantize_int8(p.mat(), 1);
+  EXPECT_EQ(q.scale, quantize_int8(p.mat(), 3).scale);
+  std::vector<float> ref = run(p, q, Isa::kPortable, 1);
+  for (Isa isa : isas())
+    for (size_t threads : {1, 2, 3, 8}) {
+      std::vector<float> y = run(p, q, isa, threads);
+      ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+          << isa_name(isa) << " threads=" << threads;
+    }
+  // Any sub-batch of rows gives the same rows.
+  for (Isa isa : isas())
+    for (int64_t first : {0, 3, 22})
+      for (int64_t count : {1, 2, 5}) {
+        if (first + count > p.m) continue;
+        std::vector<float> y(static_cast<size_t>(count * p.n));
+        gemm_int8_isa(isa, p.x.data() + first * p.k, count, p.k, q, y.data(), p.n, 2);
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data() + first * p.n, y.size() * 4))
+            << isa_name(isa) << " first=" << first << " count=" << count;
+      }
+}
+
+}  // namespace
+}  // namespace kev
