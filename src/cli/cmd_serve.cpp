@@ -1,4 +1,5 @@
-// `kev serve`: the HTTP API (POST /v1/systemone, GET /health[/live|/ready], GET /v1/models) over
+// `kev serve`: the HTTP API (POST /v1/systemone, GET /health[/live|/ready], GET /v1/models,
+// GET /metrics) over
 // a bundle. Listens first, then loads the bundle (a balancer sees "loading"), then prints one JSON
 // line {"listening": "http://HOST:PORT", "model": NAME} on stdout. SIGINT/SIGTERM: not ready at
 // once, keep serving for --drain-delay seconds, then stop accepting, answer every accepted
@@ -23,6 +24,7 @@ struct ServeCliOptions {
   ServeOptions serve;
   ScorerOptions scorer;
   double drain_delay_s = 0;
+  std::string log_format = "text";
   bool quiet = false;
 };
 
@@ -34,6 +36,7 @@ int run_serve(ServeCliOptions& o) {
   if (!(o.drain_delay_s >= 0 && o.drain_delay_s <= 3600))
     fail(ErrorKind::kBadInput, "--drain-delay must be between 0 and 3600 seconds");
   o.serve.log_requests = !o.quiet;
+  o.serve.log_format = o.log_format == "json" ? LogFormat::kJson : LogFormat::kText;
   std::optional<Scorer> scorer;  // outlives the server, which answers from it until wait()
   // The request log goes to stderr: if that is a pipe whose reader has gone, a write must fail
   // (EPIPE), not kill the server mid-request. Sockets already write with MSG_NOSIGNAL.
@@ -105,6 +108,12 @@ const bool registered = register_command(
                      "most keys in any one JSON object of a request, else 422 (default 16384)");
       app.add_option("--max-json-elements", o->serve.json.max_array_elements,
                      "most elements in any one JSON array of a request, else 422 (default 16384)");
+      app.add_option(
+             "--log-format", o->log_format,
+             "request log on stderr: text (one \"kev serve: METHOD PATH STATUS N ms\" line, "
+             "the default) or json (one JSON object a line with request id, tokens, queue "
+             "wait; docs/serving.md)")
+          ->check(CLI::IsMember({"text", "json"}));
       app.add_option("--drain-delay", o->drain_delay_s,
                      "after SIGTERM, seconds to keep serving while not ready (default 0)");
       add_scorer_flags(app, o->scorer);

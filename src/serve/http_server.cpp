@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -26,6 +27,8 @@
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
+#include "kev/serve/metrics.h"
+#include "kev/serve/request_id.h"
 
 namespace kev {
 namespace {
@@ -60,9 +63,18 @@ std::string printable(std::string_view s, size_t max = 256) {
   return out;
 }
 
+// What a scored request cost, for its log line.
+struct Scored {
+  ScoreUsage usage;
+  size_t questions = 0;
+  size_t batch = 1;  // requests in the model pass that scored it
+};
+
 struct Reply {
   int status = 200;
   std::string body;
+  const char* content_type = "application/json";
+  std::optional<Scored> scored;  // a 200 from POST /v1/systemone
   bool retry_after = false;
   std::string allow;
   bool close = false;      // framing can no longer be trusted: close after this reply
@@ -207,6 +219,8 @@ std::string_view trim(std::string_view s) {
 
 enum class Lifecycle { kLoading, kReady, kDraining };
 
+std::vector<std::string> route_names();  // the paths of kRoutes (below), for metric labels
+
 }  // namespace
 
 class Connection;
@@ -218,6 +232,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread io_thread;
   Admission admission;
+  mutable ServeMetrics metrics{route_names()};  // thread-safe (atomic counters)
+  Clock::time_point started_at = Clock::now();  // start(): model load time is measured from it
   std::atomic<Lifecycle> lifecycle{Lifecycle::kLoading};
   std::atomic<const Scorer*> scorer{nullptr};
   std::string model;  // written before scorer is published, read after it is seen
@@ -258,7 +274,15 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         return detail(422, fmt::format("model: \"{}\" is not served here; this server serves {}",
                                        printable(request.model), served_models()));
       ScoreResult result = scorer.load()->score(request, gone);
-      return json_reply(200, result.response);
+      // One model pass per request until cross-request batching: a batching worker reports
+      // each pass's size to metrics.batch() itself.
+      metrics.batch(1);
+      const ScoreUsage& u = result.usage;
+      metrics.scored(u.state_tokens, u.input_tokens - u.state_tokens, request.questions.size(),
+                     u.cached_tokens > 0);
+      Reply r = json_reply(200, result.response);
+      r.scored = Scored{u, request.questions.size(), 1};
+      return r;
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInterrupted && gone && gone()) {
         Reply r;
@@ -304,6 +328,27 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     return r;
   }
 
+  static const char* lifecycle_name(Lifecycle l) {
+    return l == Lifecycle::kReady ? "ready" : l == Lifecycle::kLoading ? "loading" : "draining";
+  }
+
+  // On the I/O thread (connections is read here).
+  Reply metrics_reply() const {
+    MetricsSnapshot now;
+    std::tie(now.inflight, now.queued) = admission.counts();
+    now.connections = connections.size();
+    now.lifecycle = lifecycle_name(lifecycle.load());
+    if (const Scorer* s = scorer.load()) {
+      const auto& c = s->cache();
+      now.cache =
+          MetricsSnapshot::Cache{c.entries(), c.tokens(), c.hits(), c.misses(), c.evictions()};
+    }
+    Reply r;
+    r.body = metrics.render(now);
+    r.content_type = kMetricsContentType;
+    return r;
+  }
+
   OrderedJson models() const {
     OrderedJson data = OrderedJson::array();
     data.push_back({{"id", model}, {"object", "model"}});
@@ -321,11 +366,33 @@ struct Route {
   const char* path;
   http::verb method;
 };
+// One route a line (clang-format would fill columns).
+// clang-format off
 constexpr Route kRoutes[] = {{"/v1/systemone", http::verb::post},
                              {"/health", http::verb::get},
                              {"/health/live", http::verb::get},
                              {"/health/ready", http::verb::get},
-                             {"/v1/models", http::verb::get}};
+                             {"/v1/models", http::verb::get},
+                             {"/metrics", http::verb::get}};
+// clang-format on
+
+std::vector<std::string> route_names() {
+  std::vector<std::string> out;
+  for (const Route& r : kRoutes) out.emplace_back(r.path);
+  return out;
+}
+
+// ISO 8601 UTC with milliseconds, for the JSON request log.
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+}
 
 }  // namespace
 
@@ -393,7 +460,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     start_ = Clock::now();
     method_.clear();  // (not = "-": GCC 12 raises a false -Wrestrict on that)
     path_.clear();
+    request_id_.clear();
+    route_ = srv_->metrics.other();
+    scored_.reset();
+    queue_ms_ = -1;
     logged_ = false;
+    counted_ = false;
     // One deadline for the whole request, headers and body: a client trickling bytes cannot
     // extend it (Beast's timer is absolute across the reads below).
     stream_.expires_after(seconds(opt().request_timeout_s));
@@ -431,6 +503,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
         printable(std::string_view(req.method_string().data(), req.method_string().size()), 32);
     const std::string_view target(req.target().data(), req.target().size());
     path_ = printable(target);
+    route_ = srv_->metrics.route(target.substr(0, target.find('?')));
+    auto id = req.find(kRequestIdHeader);
+    request_id_ =
+        request_id(id == req.end() ? std::string_view()
+                                   : std::string_view(id->value().data(), id->value().size()));
     if (auto r = check_header(req)) return send(std::move(*r));
     // Every body in memory at once stays under max_body_total: a chunked body reserves the
     // whole per-request limit, since its size is unknown until it ends.
@@ -528,6 +605,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (p == "/health/live") return send(json_reply(200, {{"status", "live"}}));
     if (p == "/health/ready") return send(srv_->ready_reply());
     if (p == "/health") return send(json_reply(200, srv_->health()));
+    if (p == "/metrics") return send(srv_->metrics_reply());
     if (!srv_->scorer.load()) return send(detail(503, "the model is still loading; retry later"));
     if (p == "/v1/models") return send(json_reply(200, srv_->models()));
 
@@ -539,24 +617,45 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const int fd = stream_.socket().native_handle();
     auto& io = srv_->io;
     const double wait_s = opt().queue_timeout_s;
+    const auto queued_at = Clock::now();
+    // Time in the queue, recorded once the wait ends (scoring starts or the wait expires).
+    auto waited = [self, queued_at] {
+      const double s = std::chrono::duration<double>(Clock::now() - queued_at).count();
+      self->srv_->metrics.queue_wait(s);
+      return s * 1000;
+    };
     bool queued = srv_->admission.submit(
-        [self, body, fd, &io] {
+        [self, body, fd, &io, waited] {
+          const double queue_ms = waited();
           std::function<void()> then;
+          auto cancel = [self, &io, queue_ms] {
+            asio::post(io, [self, queue_ms] {
+              self->queue_ms_ = queue_ms;
+              self->cancelled();
+            });
+          };
           if (peer_reset(fd)) {
-            then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
+            then = cancel;
           } else {
             auto r =
                 std::make_shared<Reply>(self->srv_->score(*body, [fd] { return peer_reset(fd); }));
             if (r->cancelled) {
-              then = [self, &io] { asio::post(io, [self] { self->cancelled(); }); };
+              then = cancel;
             } else {
-              then = [self, r, &io] { asio::post(io, [self, r] { self->send(std::move(*r)); }); };
+              then = [self, r, &io, queue_ms] {
+                asio::post(io, [self, r, queue_ms] {
+                  self->queue_ms_ = queue_ms;
+                  self->send(std::move(*r));
+                });
+              };
             }
           }
           return then;
         },
-        [self, &io, wait_s] {
-          asio::post(io, [self, wait_s] {
+        [self, &io, wait_s, waited] {
+          const double queue_ms = waited();
+          asio::post(io, [self, wait_s, queue_ms] {
+            self->queue_ms_ = queue_ms;
             self->send(detail(
                 503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
           });
@@ -584,11 +683,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     phase_ = Phase::kWriting;
     ++served_;
     status_ = r.status;
+    scored_ = r.scored;
+    count(r.status);
     const unsigned version =
         parser_ && parser_->is_header_done() && parser_->get().version() == 10 ? 10 : 11;
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(r.status), version);
-    res->set(http::field::content_type, "application/json");
+    res->set(http::field::content_type, r.content_type);
     if (r.retry_after) res->set(http::field::retry_after, "1");
     if (!r.allow.empty()) res->set(http::field::allow, r.allow);
     res->body() = std::move(r.body);
@@ -628,12 +729,49 @@ class Connection : public std::enable_shared_from_this<Connection> {
                             });
   }
 
+  // Metrics: once per request, when its reply is ready (or it is given up: 408, 499).
+  void count(int status) {
+    if (counted_) return;
+    counted_ = true;
+    srv_->metrics.request(route_, status,
+                          std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+
+  // After the reply is written (or the request is given up): one line on stderr.
   void log(int status) {
+    count(status);
     if (!opt().log_requests || logged_) return;
     logged_ = true;
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
-    std::fprintf(stderr, "kev serve: %s %s %d %.1f ms\n", method_.empty() ? "-" : method_.c_str(),
-                 path_.empty() ? "-" : path_.c_str(), status, ms);
+    if (opt().log_format == LogFormat::kText) {
+      std::fprintf(stderr, "kev serve: %s %s %d %.1f ms\n", method_.empty() ? "-" : method_.c_str(),
+                   path_.empty() ? "-" : path_.c_str(), status, ms);
+      return;
+    }
+    if (request_id_.empty()) request_id_ = new_request_id();  // the request line was never read
+    auto or_null = [](bool known, auto value) {
+      return known ? OrderedJson(value) : OrderedJson();
+    };
+    const bool scored = scored_.has_value();
+    const ScoreUsage u = scored ? scored_->usage : ScoreUsage{};
+    OrderedJson line = {{"ts", utc_now()},
+                        {"request_id", request_id_},
+                        {"method", method_.empty() ? OrderedJson() : OrderedJson(method_)},
+                        {"path", path_.empty() ? OrderedJson() : OrderedJson(path_)},
+                        {"route", srv_->metrics.route_name(route_)},
+                        {"status", status},
+                        {"duration_ms", python_round(ms, 3)},
+                        {"queue_ms", or_null(queue_ms_ >= 0, python_round(queue_ms_, 3))},
+                        {"input_tokens", or_null(scored, u.input_tokens)},
+                        {"state_tokens", or_null(scored, u.state_tokens)},
+                        {"row_tokens", or_null(scored, u.input_tokens - u.state_tokens)},
+                        {"cached", or_null(scored, u.cached_tokens > 0)},
+                        {"truncated", or_null(scored, u.truncated)},
+                        {"questions", or_null(scored, scored ? scored_->questions : 0)},
+                        {"batch", or_null(scored, scored ? scored_->batch : 0)}};
+    // Every string above is printable ASCII already; replace guards the line regardless.
+    const std::string text = line.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+    std::fprintf(stderr, "%s\n", text.c_str());
   }
 
  public:
@@ -658,8 +796,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Phase phase_ = Phase::kIdle;
   Clock::time_point start_ = Clock::now();
   std::string method_, path_;  // printable; empty until the request line is parsed
+  std::string request_id_;     // x-typesafe-request-id if usable, else generated
+  size_t route_ = 0;           // metrics label index
+  std::optional<Scored> scored_;
+  double queue_ms_ = -1;  // time in the scoring queue; < 0: never queued
   int status_ = 0;
-  bool logged_ = false;
+  bool logged_ = false, counted_ = false;
   size_t discarded_ = 0;
   size_t reserved_ = 0;  // of srv_->body_bytes
   size_t served_ = 0;    // replies sent on this connection
@@ -804,6 +946,7 @@ void HttpServer::start() {
   Impl& s = *impl_;
   if (s.started) return;
   s.started = true;
+  s.started_at = Clock::now();
   s.guard.emplace(s.io.get_executor());
   s.admission.start();
   s.accept();
@@ -822,6 +965,8 @@ void HttpServer::start() {
 }
 
 void HttpServer::set_ready(const Scorer& scorer, std::string model_name) {
+  impl_->metrics.model_loaded(
+      std::chrono::duration<double>(Clock::now() - impl_->started_at).count());
   impl_->model = std::move(model_name);
   impl_->scorer.store(&scorer);
   Lifecycle expected = Lifecycle::kLoading;

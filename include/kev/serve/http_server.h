@@ -8,6 +8,7 @@
 //   GET  /health/ready  200 {"status":"ready","model"} when loaded and not draining, else 503
 //                       (Retry-After: 1) {"status":"loading"|"draining"}
 //   GET  /v1/models     {"object":"list","data":[{"id":<model>,...},{"id":"kev-latest",...}]}
+//   GET  /metrics       Prometheus text format 0.0.4 (kev/serve/metrics.h), open, also loading
 //
 // Contract: every error is {"detail": msg}, valid UTF-8 JSON whatever the client sent (paths,
 // methods and model names are shown as printable ASCII, other bytes as %XX):
@@ -35,6 +36,10 @@
 
 namespace kev {
 
+// The request log on stderr: kText "kev serve: METHOD PATH STATUS N ms"; kJson one JSON object a
+// line (ts, request_id, method, path, route, status, duration_ms, queue_ms, tokens, cached, batch).
+enum class LogFormat { kText, kJson };
+
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port
@@ -50,6 +55,7 @@ struct ServeOptions {
   double idle_timeout_s = 5;      // keep-alive wait for the next request's first byte
   JsonLimits json = {.max_object_keys = 16384, .max_array_elements = 16384};
   bool log_requests = true;  // one line per request on stderr
+  LogFormat log_format = LogFormat::kText;
 };
 
 class HttpServer {
