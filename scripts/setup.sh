@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything kev-native needs on Debian 12 (as root): build tools, libraries, the
 # torch/numpy oracles, HAProxy (scale-out tests), the Prometheus exposition parser (/metrics
-# tests), and the npm packages of the tokenizer oracle and of the Kubernetes manifest validator
-# (from their lock files).
+# tests), and the npm packages of the tokenizer oracle, of the Kubernetes manifest validator and
+# of the OpenAPI validator (from their lock files).
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-for dir in tests/oracle/js tests/k8s; do
+for dir in tests/oracle/js tests/k8s tests/openapi; do
   if [ -f "$dir/package-lock.json" ]; then
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
       echo "setup: installing the npm packages of $dir (npm ci)" >&2

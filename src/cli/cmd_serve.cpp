@@ -1,9 +1,8 @@
 // `kev serve`: the HTTP API (POST /v1/systemone, GET /health[/live|/ready], GET /v1/models,
-// GET /metrics) over
-// a bundle. Listens first, then loads the bundle (a balancer sees "loading"), then prints one JSON
-// line {"listening": "http://HOST:PORT", "model": NAME} on stdout. SIGINT/SIGTERM: not ready at
-// once, keep serving for --drain-delay seconds, then stop accepting, answer every accepted
-// request and exit 0; further signals change nothing.
+// GET /metrics, GET /openapi.json) over a bundle. Listens first, then loads the bundle (a
+// balancer sees "loading"), then prints one JSON line {"listening": "http://HOST:PORT", "model":
+// NAME} on stdout. SIGINT/SIGTERM: not ready at once, keep serving for --drain-delay seconds,
+// then stop accepting, answer every accepted request and exit 0; further signals change nothing.
 #include <chrono>
 #include <csignal>
 #include <cstdio>

@@ -28,6 +28,7 @@
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/serve/metrics.h"
+#include "kev/serve/openapi.h"
 #include "kev/serve/request_id.h"
 
 namespace kev {
@@ -233,6 +234,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::thread io_thread;
   Admission admission;
   mutable ServeMetrics metrics{route_names()};  // thread-safe (atomic counters)
+  const std::string openapi = openapi_document();
   Clock::time_point started_at = Clock::now();  // start(): model load time is measured from it
   std::atomic<Lifecycle> lifecycle{Lifecycle::kLoading};
   std::atomic<const Scorer*> scorer{nullptr};
@@ -373,7 +375,8 @@ constexpr Route kRoutes[] = {{"/v1/systemone", http::verb::post},
                              {"/health/live", http::verb::get},
                              {"/health/ready", http::verb::get},
                              {"/v1/models", http::verb::get},
-                             {"/metrics", http::verb::get}};
+                             {"/metrics", http::verb::get},
+                             {"/openapi.json", http::verb::get}};
 // clang-format on
 
 std::vector<std::string> route_names() {
@@ -606,6 +609,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (p == "/health/ready") return send(srv_->ready_reply());
     if (p == "/health") return send(json_reply(200, srv_->health()));
     if (p == "/metrics") return send(srv_->metrics_reply());
+    if (p == "/openapi.json") {
+      Reply r;
+      r.body = srv_->openapi;
+      return send(std::move(r));
+    }
     if (!srv_->scorer.load()) return send(detail(503, "the model is still loading; retry later"));
     if (p == "/v1/models") return send(json_reply(200, srv_->models()));
 

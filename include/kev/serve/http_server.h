@@ -9,6 +9,7 @@
 //                       (Retry-After: 1) {"status":"loading"|"draining"}
 //   GET  /v1/models     {"object":"list","data":[{"id":<model>,...},{"id":"kev-latest",...}]}
 //   GET  /metrics       Prometheus text format 0.0.4 (kev/serve/metrics.h), open, also loading
+//   GET  /openapi.json  the OpenAPI 3.1 document of this API (kev/serve/openapi.h), open
 //
 // Contract: every error is {"detail": msg}, valid UTF-8 JSON whatever the client sent (paths,
 // methods and model names are shown as printable ASCII, other bytes as %XX):
