@@ -1,8 +1,9 @@
-// `kev serve`: the HTTP API (POST /v1/systemone, GET /health[/live|/ready], GET /v1/models,
-// GET /metrics, GET /openapi.json) over a bundle. Listens first, then loads the bundle (a
-// balancer sees "loading"), then prints one JSON line {"listening": "http://HOST:PORT", "model":
-// NAME} on stdout. SIGINT/SIGTERM: not ready at once, keep serving for --drain-delay seconds,
-// then stop accepting, answer every accepted request and exit 0; further signals change nothing.
+// `kev serve`: the HTTP API (POST /v1/systemone[/permute|/separate], GET /health[/live|/ready],
+// GET /v1/models, GET /metrics, GET /openapi.json; docs/api.md) over a bundle. Listens first, then
+// loads the bundle (a balancer sees "loading"), then prints one JSON line {"listening":
+// "http://HOST:PORT", "model": NAME} on stdout. SIGINT/SIGTERM: not ready at once, keep serving
+// for --drain-delay seconds, then stop accepting, answer every accepted request and exit 0;
+// further signals change nothing.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -43,11 +44,12 @@ int run_serve(ServeCliOptions& o) {
   HttpServer server(o.serve);
   const int port = server.bind();
   server.start();  // /health/live answers, /health/ready and /v1/* say "loading"
-  const std::string model = bundle_model_name(o.bundle);
+  BundleInfo bundle = read_bundle_info(o.bundle);
+  const std::string model = bundle.model;
   scorer.emplace(o.bundle, o.scorer);
   check_interrupted();  // a signal during loading: nothing was accepted for scoring yet
 
-  server.set_ready(*scorer, model);
+  server.set_ready(*scorer, std::move(bundle));
   const std::string& host = o.serve.host;
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   std::printf("%s\n",
@@ -71,7 +73,9 @@ int run_serve(ServeCliOptions& o) {
 }
 
 const bool registered = register_command(
-    "serve", "serve the System1-Omni HTTP API (/v1/systemone, /health, /v1/models) from a bundle",
+    "serve",
+    "serve the System1-Omni HTTP API (/v1/systemone, /health, /v1/models; docs/api.md) from "
+    "a bundle",
     [](CLI::App& app) {
       auto o = std::make_shared<ServeCliOptions>();
       app.add_option("--bundle", o->bundle, "export bundle directory")->required();

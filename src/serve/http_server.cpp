@@ -7,6 +7,7 @@
 
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
@@ -18,6 +19,7 @@
 #include <ctime>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -40,7 +42,10 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kAlias = "kev-latest";
+// Upstream's MODEL_NAMES: both serve this bundle; jev-latest is the TypeSafe SDK's default.
+constexpr const char* kModelNames[] = {"kev-latest", "jev-latest"};
+// Starlette's CORSMiddleware with allow_methods=["*"] (upstream kev/serve.py).
+constexpr const char* kCorsMethods[] = {"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"};
 constexpr size_t kLingerBytes = 1 << 20;  // discarded after an error reply before closing
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr size_t kExtraRejecting = 64;  // connections answered 503 beyond max_connections
@@ -74,7 +79,9 @@ struct Scored {
 struct Reply {
   int status = 200;
   std::string body;
-  const char* content_type = "application/json";
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;  // extra fields, in order
+  bool preflight = false;        // a CORS preflight answer: carries its own Access-Control-* fields
   std::optional<Scored> scored;  // a 200 from POST /v1/systemone
   bool retry_after = false;
   std::string allow;
@@ -221,6 +228,24 @@ std::string_view trim(std::string_view s) {
 enum class Lifecycle { kLoading, kReady, kDraining };
 
 std::vector<std::string> route_names();  // the paths of kRoutes (below), for metric labels
+// The POST endpoints that go through admission.
+enum class Endpoint { kSystemOne, kPermute, kSeparate };
+
+bool printable_ascii(std::string_view s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
+std::string utc_date(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(ErrorKind::kIo, "cannot stat {}", path);
+  std::tm tm{};
+  gmtime_r(&st.st_mtime, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", &tm);
+  return buf;
+}
 
 }  // namespace
 
@@ -238,7 +263,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   Clock::time_point started_at = Clock::now();  // start(): model load time is measured from it
   std::atomic<Lifecycle> lifecycle{Lifecycle::kLoading};
   std::atomic<const Scorer*> scorer{nullptr};
-  std::string model;  // written before scorer is published, read after it is seen
+  BundleInfo bundle;  // written before scorer is published, read after it is seen
+  const std::string& model = bundle.model;
+  mutable std::atomic<uint64_t> passes{0};  // scoring passes answered (each its own batch)
   bool started = false, waited = false;
 
   // I/O thread only.
@@ -259,23 +286,30 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     if (!accepting && connections.empty() && rejecting == 0) guard.reset();
   }
 
-  bool known_model(const std::string& name) const { return name == model || name == kAlias; }
-
-  std::string served_models() const {
-    return model == kAlias ? fmt::format("\"{}\"", kAlias)
-                           : fmt::format("\"{}\" (alias \"{}\")", model, kAlias);
-  }
-
-  // On a worker thread: the whole JSON + scoring path for one body.
-  Reply score(const std::string& body, const std::function<bool()>& gone) const {
+  // On a worker thread: the whole JSON + scoring path for one body. Any "model" string is
+  // accepted and echoed (upstream: both names and any other serve the one checkpoint).
+  Reply score(Endpoint endpoint, const std::string& body, const std::function<bool()>& gone) const {
     // Syntax first (linear, builds nothing), so that every later refusal is a 422.
     if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
     try {
+      const Scorer& s = *scorer.load();
+      if (endpoint == Endpoint::kPermute) {
+        PermuteRequest p =
+            permute_request_from_json(parse_json_strict(body, "the request body", options.json));
+        Reply r = json_reply(200, s.permute(p, gone));
+        passes += static_cast<uint64_t>(p.n_perm);
+        for (int i = 0; i < p.n_perm; ++i) metrics.batch(1);
+        return r;
+      }
       ApiRequest request = parse_request(body, options.json);
-      if (!known_model(request.model))
-        return detail(422, fmt::format("model: \"{}\" is not served here; this server serves {}",
-                                       printable(request.model), served_models()));
-      ScoreResult result = scorer.load()->score(request, gone);
+      if (endpoint == Endpoint::kSeparate) {
+        Reply r = json_reply(200, s.separate(request, gone));
+        passes += request.questions.size();
+        for (size_t q = 0; q < request.questions.size(); ++q) metrics.batch(1);
+        return r;
+      }
+      ScoreResult result = s.score(request, gone);
+      ++passes;
       // One model pass per request until cross-request batching: a batching worker reports
       // each pass's size to metrics.batch() itself.
       metrics.batch(1);
@@ -351,11 +385,45 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     return r;
   }
 
+  // Upstream's GET /v1/models: one TypeSafe card (name, description, release_date) per
+  // accepted name, plus serving details a client may ignore.
   OrderedJson models() const {
-    OrderedJson data = OrderedJson::array();
-    data.push_back({{"id", model}, {"object", "model"}});
-    if (model != kAlias) data.push_back({{"id", kAlias}, {"object", "model"}});
-    return {{"object", "list"}, {"data", data}};
+    const Scorer& s = *scorer.load();
+    const ScorerOptions& o = s.options();
+    const auto& cache = s.cache();
+    auto [inflight, queued] = admission.counts();
+    (void)inflight;
+    OrderedJson card = {
+        {"description", fmt::format("Kev pointer head on {}, serving {} at temperature {:.2f}",
+                                    bundle.base, bundle.run, bundle.temperature)},
+        {"release_date", bundle.release_date},
+        {"run", bundle.run},
+        {"base", bundle.base},
+        {"lora", bundle.lora_rank},
+        {"device", "cpu"},
+        {"backend", "kev-native"},
+        {"dtype", "bfloat16"},
+        {"temperature", bundle.temperature},
+        {"max_state_tokens", o.limits.max_state},
+        {"truncate_states", o.limits.truncate},
+        {"cuda_graphs", nullptr},
+        {"prefix_cache",
+         {{"size", o.cache_entries},
+          {"min_state_tokens", 0},
+          {"max_tokens", o.cache_tokens},
+          {"hits", cache.hits()},
+          {"misses", cache.misses()},
+          {"cached_states", cache.entries()},
+          {"oom_retries", 0}}},
+        {"batches", {{"count", passes.load()}, {"requests", passes.load()}, {"queued", queued}}},
+        {"bundle_model", bundle.model}};
+    OrderedJson list = OrderedJson::array();
+    for (const char* name : kModelNames) {
+      OrderedJson one = {{"name", name}};
+      one.update(card);
+      list.push_back(std::move(one));
+    }
+    return {{"models", std::move(list)}};
   }
 };
 
@@ -371,6 +439,8 @@ struct Route {
 // One route a line (clang-format would fill columns).
 // clang-format off
 constexpr Route kRoutes[] = {{"/v1/systemone", http::verb::post},
+                             {"/v1/systemone/permute", http::verb::post},
+                             {"/v1/systemone/separate", http::verb::post},
                              {"/health", http::verb::get},
                              {"/health/live", http::verb::get},
                              {"/health/ready", http::verb::get},
@@ -467,6 +537,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     route_ = srv_->metrics.other();
     scored_.reset();
     queue_ms_ = -1;
+    origin_.reset();
+    cookie_ = false;
     logged_ = false;
     counted_ = false;
     // One deadline for the whole request, headers and body: a client trickling bytes cannot
@@ -474,7 +546,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_.expires_after(seconds(opt().request_timeout_s));
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(opt().max_header_bytes));
-    parser_->body_limit(opt().max_body);
+    // No body limit while the header is read: a declared Content-Length over max_body is
+    // refused by check_header() once every field is in, so that the 413 still carries the
+    // client's request id; the limit proper is set before any body byte is read.
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) {
                               if (self->phase_ != Phase::kClosed) self->on_header(ec);
@@ -507,10 +582,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const std::string_view target(req.target().data(), req.target().size());
     path_ = printable(target);
     route_ = srv_->metrics.route(target.substr(0, target.find('?')));
+    // x-typesafe-request-id: the client's, echoed when sane, else a fresh one (request_id.h).
     auto id = req.find(kRequestIdHeader);
     request_id_ =
         request_id(id == req.end() ? std::string_view()
                                    : std::string_view(id->value().data(), id->value().size()));
+    if (auto o = req.find(http::field::origin); o != req.end())
+      origin_ = std::string(o->value().data(), o->value().size());
+    cookie_ = req.find(http::field::cookie) != req.end();
     if (auto r = check_header(req)) return send(std::move(*r));
     // Every body in memory at once stays under max_body_total: a chunked body reserves the
     // whole per-request limit, since its size is unknown until it ends.
@@ -521,6 +600,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return send(detail(503, "too many request bodies in memory; retry later", true));
     reserved_ = want;
     srv_->body_bytes += want;
+    parser_->body_limit(opt().max_body);
     if (parser_->is_done()) return handle();
     if (auto e = req.find(http::field::expect); e != req.end()) {
       // RFC 9110 10.1.1: the client waits for this before sending the body (curl does, over 1 MiB).
@@ -589,10 +669,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return std::nullopt;
   }
 
+  // Starlette's CORS preflight (allow_origins/methods/headers "*"): an OPTIONS with Origin and
+  // Access-Control-Request-Method, on any path, answered before routing.
+  Reply preflight(const Request& req) const {
+    const auto m = req[http::field::access_control_request_method];
+    const std::string_view method(m.data(), m.size());
+    bool allowed = false;
+    for (const char* x : kCorsMethods) allowed = allowed || method == x;
+    Reply r;
+    r.preflight = true;
+    r.status = allowed ? 200 : 400;
+    r.body = allowed ? "OK" : "Disallowed CORS method";
+    r.content_type = "text/plain; charset=utf-8";
+    r.headers = {{"access-control-allow-origin", "*"},
+                 {"access-control-allow-methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"},
+                 {"access-control-max-age", "600"}};
+    if (auto h = req.find(http::field::access_control_request_headers); h != req.end()) {
+      const std::string_view v(h->value().data(), h->value().size());
+      if (printable_ascii(v)) r.headers.emplace_back("access-control-allow-headers", v);
+    }
+    return r;
+  }
+
   void handle() {
     const Request& req = parser_->get();
     const std::string_view target(req.target().data(), req.target().size());
     const std::string_view path = target.substr(0, target.find('?'));
+    if (req.method() == http::verb::options && origin_ &&
+        req.find(http::field::access_control_request_method) != req.end())
+      return send(preflight(req));
     const Route* route = nullptr;
     for (const Route& r : kRoutes)
       if (path == r.path) route = &r;
@@ -617,7 +722,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!srv_->scorer.load()) return send(detail(503, "the model is still loading; retry later"));
     if (p == "/v1/models") return send(json_reply(200, srv_->models()));
 
-    // POST /v1/systemone: into the FIFO queue; the worker posts the reply back to this thread.
+    // POST /v1/systemone[/permute|/separate]: into the FIFO queue; the worker posts the reply
+    // back to this thread.
+    const Endpoint endpoint = p == "/v1/systemone/permute"    ? Endpoint::kPermute
+                              : p == "/v1/systemone/separate" ? Endpoint::kSeparate
+                                                              : Endpoint::kSystemOne;
     phase_ = Phase::kBusy;
     stream_.expires_never();
     auto self = shared_from_this();
@@ -633,7 +742,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return s * 1000;
     };
     bool queued = srv_->admission.submit(
-        [self, body, fd, &io, waited] {
+        [self, body, fd, &io, waited, endpoint] {
           const double queue_ms = waited();
           std::function<void()> then;
           auto cancel = [self, &io, queue_ms] {
@@ -645,8 +754,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
           if (peer_reset(fd)) {
             then = cancel;
           } else {
-            auto r =
-                std::make_shared<Reply>(self->srv_->score(*body, [fd] { return peer_reset(fd); }));
+            auto r = std::make_shared<Reply>(
+                self->srv_->score(endpoint, *body, [fd] { return peer_reset(fd); }));
             if (r->cancelled) {
               then = cancel;
             } else {
@@ -700,6 +809,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
     res->set(http::field::content_type, r.content_type);
     if (r.retry_after) res->set(http::field::retry_after, "1");
     if (!r.allow.empty()) res->set(http::field::allow, r.allow);
+    for (const auto& [name, value] : r.headers) res->set(name, value);
+    // Upstream's CORSMiddleware on a request with an Origin: any origin, the two headers below
+    // readable by scripts; a request with cookies gets its origin echoed (Vary: Origin).
+    if (origin_ && !r.preflight) {
+      const bool echo = cookie_ && !origin_->empty() && printable_ascii(*origin_);
+      res->set(http::field::access_control_allow_origin, echo ? *origin_ : std::string("*"));
+      res->set(http::field::access_control_expose_headers, "x-typesafe-request-id, server-timing");
+      if (echo) res->set(http::field::vary, "Origin");
+    }
+    // Upstream's typesafe middleware, on every response.
+    if (request_id_.empty()) request_id_ = new_request_id();  // kept for this request's log
+    res->set(kRequestIdHeader, request_id_);
+    res->set("server-timing",
+             fmt::format("app;dur={:.1f}",
+                         std::chrono::duration<double, std::milli>(Clock::now() - start_).count()));
     res->body() = std::move(r.body);
     // After shutdown(): answer what is already buffered (pipelined), then close.
     const bool keep = !r.close && parser_ && parser_->is_done() && parser_->get().keep_alive() &&
@@ -804,10 +928,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Phase phase_ = Phase::kIdle;
   Clock::time_point start_ = Clock::now();
   std::string method_, path_;  // printable; empty until the request line is parsed
-  std::string request_id_;     // x-typesafe-request-id if usable, else generated
+  std::string request_id_;     // the client's x-typesafe-request-id when sane, else generated
   size_t route_ = 0;           // metrics label index
   std::optional<Scored> scored_;
-  double queue_ms_ = -1;  // time in the scoring queue; < 0: never queued
+  double queue_ms_ = -1;               // time in the scoring queue; < 0: never queued
+  std::optional<std::string> origin_;  // the request's Origin header
+  bool cookie_ = false;                // the request carries a Cookie header
   int status_ = 0;
   bool logged_ = false, counted_ = false;
   size_t discarded_ = 0;
@@ -972,10 +1098,10 @@ void HttpServer::start() {
   });
 }
 
-void HttpServer::set_ready(const Scorer& scorer, std::string model_name) {
+void HttpServer::set_ready(const Scorer& scorer, BundleInfo bundle) {
   impl_->metrics.model_loaded(
       std::chrono::duration<double>(Clock::now() - impl_->started_at).count());
-  impl_->model = std::move(model_name);
+  impl_->bundle = std::move(bundle);
   impl_->scorer.store(&scorer);
   Lifecycle expected = Lifecycle::kLoading;
   impl_->lifecycle.compare_exchange_strong(expected, Lifecycle::kReady);
@@ -999,14 +1125,44 @@ void HttpServer::wait() {
   s.admission.stop();  // every job was answered: connections wait for theirs before closing
 }
 
-std::string bundle_model_name(const std::string& bundle_dir) {
-  const std::string path = bundle_dir + "/" + "kev_export.json";
-  OrderedJson manifest = parse_json_strict(read_file(path), path);
+namespace {
+
+std::string model_of(const OrderedJson& manifest, const std::string& path) {
   auto it = manifest.find("model");
   if (!manifest.is_object() || it == manifest.end() || !it->is_string() ||
       it->get<std::string>().empty())
     fail(ErrorKind::kBadInput, "{}: \"model\" is missing or not a non-empty string", path);
   return it->get<std::string>();
+}
+
+}  // namespace
+
+BundleInfo read_bundle_info(const std::string& bundle_dir) {
+  const std::string path = bundle_dir + "/" + "kev_export.json";
+  OrderedJson m = parse_json_strict(read_file(path), path);
+  BundleInfo info;
+  info.model = model_of(m, path);
+  auto repo = [&](const char* key) {
+    auto it = m.find(key);
+    if (it == m.end() || !it->is_object()) return std::string();
+    auto r = it->find("repo");
+    return r != it->end() && r->is_string() ? r->get<std::string>() : std::string();
+  };
+  info.base = repo("base");
+  info.run = repo("checkpoint");
+  if (info.run.empty()) info.run = info.model;
+  if (auto l = m.find("lora"); l != m.end() && l->is_object())
+    if (auto r = l->find("rank"); r != l->end() && r->is_number_integer())
+      info.lora_rank = r->get<int64_t>();
+  if (auto t = m.find("temperature"); t != m.end() && t->is_number())
+    info.temperature = t->get<double>();
+  info.release_date = utc_date(bundle_dir + "/head.safetensors");
+  return info;
+}
+
+std::string bundle_model_name(const std::string& bundle_dir) {
+  const std::string path = bundle_dir + "/" + "kev_export.json";
+  return model_of(parse_json_strict(read_file(path), path), path);
 }
 
 }  // namespace kev

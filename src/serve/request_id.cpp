@@ -33,7 +33,7 @@ std::string new_request_id() {
 
 std::string request_id(std::string_view header_value) {
   bool ok = !header_value.empty() && header_value.size() <= 128;
-  for (unsigned char c : header_value) ok = ok && c > 0x20 && c < 0x7f;
+  for (unsigned char c : header_value) ok = ok && c >= 0x20 && c < 0x7f;
   return ok ? std::string(header_value) : new_request_id();
 }
 

@@ -1,8 +1,10 @@
 #include "kev/serve/scorer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "kev/core/error.h"
+#include "kev/core/py_random.h"
 
 namespace kev {
 
@@ -51,6 +53,7 @@ ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>
   ScoreResult result;
   result.usage.input_tokens = enc.ids.size();
   result.usage.state_tokens = s;
+  result.usage.full_state_tokens = enc.state_tokens;
   result.usage.truncated = enc.truncated;
   bool cached = false;
   auto prefix = state_prefix(enc.state_ids(), &cached);
@@ -91,16 +94,99 @@ ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>
   }
   double latency =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  OrderedJson answers = answers_json(request, result.probabilities, {options_.decimals});
   OrderedJson usage = {{"input_tokens", result.usage.input_tokens},
-                       {"output_tokens", 0},
+                       {"output_tokens", output_tokens(answers)},
                        {"state_tokens", result.usage.state_tokens},
                        {"cached_tokens", result.usage.cached_tokens}};
   if (enc.truncated) usage["truncated_state_tokens"] = enc.state_tokens;
   result.response = {{"model", request.model},
-                     {"answers", answers_json(request, result.probabilities, {options_.decimals})},
+                     {"answers", std::move(answers)},
                      {"usage", usage},
                      {"latency_ms", python_round(latency, 3)}};
   return result;
+}
+
+size_t Scorer::output_tokens(const OrderedJson& answers) const {
+  return tokenizer_.encode(python_json_dumps(answers), true).size();
+}
+
+void Scorer::add_truncation_marks(OrderedJson& body, const ScoreUsage& usage) const {
+  if (!options_.limits.truncate) return;
+  body["truncated"] = usage.truncated;
+  body["usage"]["state_tokens"] = usage.full_state_tokens;
+  body["usage"]["state_tokens_used"] = usage.state_tokens;
+}
+
+OrderedJson Scorer::permute(const PermuteRequest& p, const std::function<bool()>& gone) const {
+  const ApiQuestion& q = p.request.questions.at(p.question_index);
+  ApiRequest one;
+  one.model = p.request.model;
+  one.state = p.request.state;
+  PyRandom rng(p.seed);
+  std::vector<size_t> identity(q.keys.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = i;
+  OrderedJson runs = OrderedJson::array();
+  ScoreUsage last;
+  for (int i = 0; i < p.n_perm; ++i) {
+    std::vector<size_t> order = identity;
+    if (i > 0) rng.shuffle(order);
+    ApiQuestion permuted = q;
+    OrderedJson names = OrderedJson::array();
+    for (size_t k = 0; k < order.size(); ++k) {
+      permuted.keys[k] = q.keys[order[k]];
+      permuted.options[k] = q.options[order[k]];
+      names.push_back(permuted.keys[k]);
+    }
+    one.questions = {std::move(permuted)};
+    ScoreResult r = score(one, gone);
+    const OrderedJson& a = r.response["answers"][q.id];
+    runs.push_back({{"order", std::move(names)},
+                    {"probabilities", a["probabilities"]},
+                    {"choice", a["choice"]},
+                    {"latency_ms", r.response["latency_ms"]}});
+    last = r.usage;
+  }
+  OrderedJson spread = OrderedJson::object();
+  bool stable = true;
+  for (const OrderedJson& run : runs) stable = stable && run["choice"] == runs.front()["choice"];
+  for (const std::string& k : q.keys) {
+    double lo = 0, hi = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const double v = runs[i]["probabilities"][k].get<double>();
+      lo = i == 0 ? v : std::min(lo, v);
+      hi = i == 0 ? v : std::max(hi, v);
+    }
+    spread[k] = hi - lo;
+  }
+  OrderedJson body = {{"runs", std::move(runs)}, {"argmax_stable", stable}, {"spread", spread}};
+  add_truncation_marks(body, last);
+  return body;
+}
+
+OrderedJson Scorer::separate(const ApiRequest& request, const std::function<bool()>& gone) const {
+  ApiRequest one;
+  one.model = request.model;
+  one.state = request.state;
+  OrderedJson answers = OrderedJson::object();
+  size_t input_tokens = 0;
+  double latency = 0;
+  ScoreUsage first;
+  for (size_t i = 0; i < request.questions.size(); ++i) {
+    one.questions = {request.questions[i]};
+    ScoreResult r = score(one, gone);
+    for (auto& [id, a] : r.response["answers"].items()) answers[id] = a;
+    input_tokens += r.usage.input_tokens;
+    latency += r.response["latency_ms"].get<double>();
+    if (i == 0) first = r.usage;
+  }
+  const size_t out_tokens = output_tokens(answers);
+  OrderedJson body = {{"model", request.model},
+                      {"answers", std::move(answers)},
+                      {"usage", {{"input_tokens", input_tokens}, {"output_tokens", out_tokens}}},
+                      {"latency_ms", python_round(latency, 1)}};
+  add_truncation_marks(body, first);
+  return body;
 }
 
 }  // namespace kev

@@ -6,10 +6,12 @@
 // (Python keeps them exact). Duplicate JSON keys are refused (Python keeps the last one).
 #include "kev/text/api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -91,6 +93,110 @@ std::string python_float_repr(double v) {
     out += e;
   }
   return neg ? "-" + out : out;
+}
+
+namespace {
+
+void dumps_string(const std::string& s, std::string& out) {
+  out += '"';
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        default:
+          if (c < 0x20) {
+            out += fmt::format("\\u{:04x}", c);
+          } else {
+            out += static_cast<char>(c);
+          }
+      }
+      continue;
+    }
+    uint32_t cp = next_code_point(s, i);
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+    } else {
+      out += fmt::format("\\u{:04x}", cp);
+    }
+  }
+  out += '"';
+}
+
+void dumps(const OrderedJson& v, std::string& out) {
+  switch (v.type()) {
+    case OrderedJson::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) out += ", ";
+        first = false;
+        dumps_string(it.key(), out);
+        out += ": ";
+        dumps(it.value(), out);
+      }
+      out += '}';
+      break;
+    }
+    case OrderedJson::value_t::array: {
+      out += '[';
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i) out += ", ";
+        dumps(v[i], out);
+      }
+      out += ']';
+      break;
+    }
+    case OrderedJson::value_t::string:
+      dumps_string(v.get_ref<const std::string&>(), out);
+      break;
+    case OrderedJson::value_t::boolean:
+      out += v.get<bool>() ? "true" : "false";
+      break;
+    case OrderedJson::value_t::number_float: {
+      const double d = v.get<double>();
+      out += std::isnan(d)   ? "NaN"
+             : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                             : python_float_repr(d);
+      break;
+    }
+    case OrderedJson::value_t::number_integer:
+    case OrderedJson::value_t::number_unsigned:
+      out += v.dump();
+      break;
+    default:
+      out += "null";
+  }
+}
+
+}  // namespace
+
+std::string python_json_dumps(const OrderedJson& value) {
+  std::string out;
+  dumps(value, out);
+  return out;
 }
 
 double python_round(double x, int decimals) {
@@ -322,6 +428,63 @@ ApiRequest request_from_json(const OrderedJson& body) {
   }
   r.state = render(body["state"]);
   return r;
+}
+
+namespace {
+
+// A JSON integer, or a float with an integral value (pydantic's lax int); nullopt otherwise.
+std::optional<double> integral(const OrderedJson& v) {
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.get<double>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d)) return d;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+PermuteRequest permute_request_from_json(const OrderedJson& body) {
+  if (!body.is_object()) bad("the request must be a JSON object");
+  PermuteRequest p;
+  auto req = body.find("request");
+  if (req == body.end()) bad("request: field required");
+  try {
+    p.request = request_from_json(*req);
+  } catch (const Error& e) {
+    bad(fmt::format("request: {}", e.what()));
+  }
+  auto q = body.find("question");
+  if (q == body.end()) bad("question: field required");
+  if (!q->is_string()) bad("question: must be a string");
+  p.question = q->get<std::string>();
+  if (auto n = body.find("n_perm"); n != body.end()) {
+    auto v = integral(*n);
+    if (!v) bad("n_perm: must be an integer");
+    if (*v < 1 || *v > kMaxPermutations)
+      bad(fmt::format("n_perm: must be between 1 and {}", kMaxPermutations));
+    p.n_perm = static_cast<int>(*v);
+  }
+  if (auto s = body.find("seed"); s != body.end()) {
+    if (s->is_number_unsigned()) {
+      p.seed = s->get<uint64_t>();
+    } else if (s->is_number_integer()) {
+      const int64_t v = s->get<int64_t>();
+      p.seed = v < 0 ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
+    } else {
+      auto v = integral(*s);
+      if (!v || std::fabs(*v) >= 18446744073709551616.0)
+        bad("seed: must be an integer of at most 64 bits");
+      p.seed = static_cast<uint64_t>(std::fabs(*v));
+    }
+  }
+  const auto& qs = p.request.questions;
+  auto it =
+      std::find_if(qs.begin(), qs.end(), [&](const ApiQuestion& x) { return x.id == p.question; });
+  if (it == qs.end() || it->type != QuestionType::kChoice)
+    bad("question must be an existing choice question");
+  p.question_index = static_cast<size_t>(it - qs.begin());
+  return p;
 }
 
 Record to_record(const ApiRequest& request) {

@@ -109,7 +109,7 @@ def test_metrics_count_exactly_what_was_done(bundle):
         assert req(route="/metrics", status="200") == 1  # the first scrape; this one is not yet counted
         # Bounded labels: nothing the client sent is a label value.
         routes = {smp.labels["route"] for smp in m["kev_http_requests"].samples}
-        assert routes <= {"/v1/systemone", "/health", "/health/live", "/health/ready", "/v1/models",
+        assert routes <= {"/v1/systemone", "/v1/systemone/permute", "/v1/systemone/separate", "/health", "/health/live", "/health/ready", "/v1/models",
                           "/metrics", "/openapi.json", "other"}, routes
         assert "secret-raw-path" not in text and "token=abc" not in text
 
@@ -194,11 +194,12 @@ def test_json_request_log(bundle):
     s = ServeProcess(bundle, "--log-format", "json", "--max-state", 256)
     sent = 0
     try:
-        assert s.score(REQ_A)[0] == 200
+        status, first_headers, _ = s.score(REQ_A)
+        assert status == 200
         status, _, body = s.request("POST", "/v1/systemone", REQ_A,
                                     {"Content-Type": "application/json", "x-typesafe-request-id": "client-id-42"})
         assert status == 200 and body["usage"]["cached_tokens"] > 0
-        assert s.request("GET", "/health", headers={"x-typesafe-request-id": "bad id with spaces"})[0] == 200
+        assert s.request("GET", "/health", headers={"x-typesafe-request-id": "x" * 129})[0] == 200
         sent = 3
         # Hostile request lines: raw bytes, escapes and quotes in the path; a request that never parses.
         for raw in (b"GET /\xff\x1b[31m\"quote\\back HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
@@ -222,6 +223,7 @@ def test_json_request_log(bundle):
             assert e[field] is None or re.fullmatch(r"[\x21-\x7e]+", e[field]), e
     first, second, health = entries[:3]
     assert re.fullmatch(r"[0-9a-f]{32}", first["request_id"]) and first["request_id"][12] == "4"
+    assert first["request_id"] == first_headers["x-typesafe-request-id"]  # the id the client was given
     assert second["request_id"] == "client-id-42"
     assert re.fullmatch(r"[0-9a-f]{32}", health["request_id"])  # an unusable client id is replaced
     assert first["method"] == "POST" and first["path"] == "/v1/systemone" and first["status"] == 200

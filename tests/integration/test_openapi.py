@@ -1,7 +1,8 @@
 """GET /openapi.json checked by real tools: the served document is src/serve/openapi.json (the one
 source, embedded at build time) and is a valid OpenAPI document for @apidevtools/swagger-parser;
 real responses of every endpoint and of every status the server can be made to send (200, 400,
-404, 405, 413, 415, 417, 422, 431, 503 loading / busy / too many connections) are validated
+404, 405, 413, 415, 417, 422, 431, 503 loading / busy / too many connections), CORS preflights
+and upstream's headers (x-typesafe-request-id, server-timing, CORS fields) are validated
 against the document's schemas and headers with ajv (tests/openapi/validate.mjs; npm packages
 pinned in tests/openapi/package-lock.json, installed by scripts/setup.sh). Not provoked here: 500
 (no request makes the server fail internally)."""
@@ -112,8 +113,10 @@ def test_document_is_valid_and_the_validator_refuses_broken_ones(served, tmp_pat
 
 def test_document_lists_every_route(served):
     _, doc = served
-    assert set(doc["paths"]) == {"/v1/systemone", "/health", "/health/live", "/health/ready", "/v1/models",
-                                 "/metrics", "/openapi.json"}
+    assert set(doc["paths"]) == {"/v1/systemone", "/v1/systemone/permute", "/v1/systemone/separate", "/health",
+                                 "/health/live", "/health/ready", "/v1/models", "/metrics", "/openapi.json"}
+    for path, item in doc["paths"].items():  # the server's method, plus the CORS preflight
+        assert len(set(item) - {"options"}) == 1 and "options" in item, path
 
 
 def test_real_responses_match_the_document(bundle, served, tmp_path):
@@ -125,15 +128,26 @@ def test_real_responses_match_the_document(bundle, served, tmp_path):
             "c": {"type": "choice", "instructions": "pick", "criteria": {"x": None, "y": "why"}},
             "n": {"type": "noul", "instructions": "yes?", "criteria": {"false": "no", "true": "yes"}},
             "s": {"type": "score", "instructions": "rate", "criteria": ["low", "mid", "high"]}}}, json_h),
+        exchange(p, "POST", "/v1/systemone/permute", {"request": {"state": "s", "questions": {
+            "c": {"type": "choice", "criteria": {"x": None, "y": None, "z": None}}}}, "question": "c", "n_perm": 3}, json_h),
+        exchange(p, "POST", "/v1/systemone/separate", {"state": "s", "questions": {
+            "n": {"type": "noul"}, "c": {"type": "choice", "criteria": {"x": None, "y": "why"}}}}, json_h),
+        exchange(p, "POST", "/v1/systemone", dict(QUICK, model="jev-latest"), json_h),  # any model name
         exchange(p, "GET", "/health"),
-        exchange(p, "GET", "/health/live"),
+        exchange(p, "GET", "/health", headers={"Origin": "http://app.example", "Cookie": "a=b"}),  # CORS echo
+        exchange(p, "OPTIONS", "/v1/systemone", headers={
+            "Origin": "http://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"}),  # preflight
+        exchange(p, "GET", "/health/live", headers={"x-typesafe-request-id": "client id 7"}),
         exchange(p, "GET", "/health/ready"),
         exchange(p, "GET", "/v1/models"),
         exchange(p, "GET", "/metrics"),
         exchange(p, "GET", "/openapi.json"),
         exchange(p, "POST", "/v1/systemone", "{not json", json_h),  # 400
         exchange(p, "POST", "/v1/systemone", {"state": "s"}, json_h),  # 422: no questions
-        exchange(p, "POST", "/v1/systemone", dict(QUICK, model="nope"), json_h),  # 422: unknown model
+        exchange(p, "POST", "/v1/systemone/permute", {"request": QUICK, "question": "q"}, json_h),  # 422: not choice
+        exchange(p, "OPTIONS", "/health", headers={"Origin": "x", "Access-Control-Request-Method": "TRACE"}),  # 400
+        exchange(p, "OPTIONS", "/health"),  # 405: not a preflight
         exchange(p, "POST", "/v1/systemone", dict(QUICK, state="word " * 400), json_h),  # 422: over --max-state
         exchange(p, "GET", "/missing"),  # 404
         exchange(p, "PUT", "/health"),  # 405
@@ -149,8 +163,10 @@ def test_real_responses_match_the_document(bundle, served, tmp_path):
             b"".join(b"X-%d: v\r\n" % i for i in range(150)) + b"\r\n"),  # 431
         raw(p, "GET", "/health", b"GET /health HTTP/1.2\r\nHost: a\r\n\r\n"),  # 400: HTTP version
     ]
-    assert [x["status"] for x in xs] == [200] * 7 + [400, 422, 422, 422, 404, 405, 405, 400, 413, 415, 417,
-                                                     431, 400], [(x["status"], x["body"][:80]) for x in xs]
+    assert [x["status"] for x in xs] == [200] * 12 + [400, 422, 422, 400, 405, 422, 404, 405, 405, 400, 413, 415,
+                                                      417, 431, 400], [(x["status"], x["body"][:80]) for x in xs]
+    assert xs[5]["headers"]["access-control-allow-origin"] == "http://app.example"
+    assert xs[6]["body"] == "OK" and xs[7]["headers"]["x-typesafe-request-id"] == "client id 7"
     rc, out = validate(doc, xs, tmp_path)
     bad = [(x["method"], x["path"], x["status"], e) for x, e in zip(xs, out["exchanges"]) if e]
     assert rc == 0 and not bad and out["document"] == [], bad or out

@@ -40,7 +40,11 @@ def test_single_request_shape(bundle):
     assert set(out) == {"model", "answers", "usage", "latency_ms"}
     assert out["model"] == "kev-latest"
     assert list(out["answers"]) == list(QUESTIONS)
-    assert out["usage"]["output_tokens"] == 0 and out["usage"]["cached_tokens"] == 0
+    assert out["usage"]["cached_tokens"] == 0
+    # Upstream's output_tokens: tokens of json.dumps(answers) (Python's serialisation, done here).
+    ids = json.loads(run_kev("tokenize", "--tokenizer", os.path.join(bundle, "tokenizer.json"), "--special",
+                             input=json.dumps(out["answers"])).stdout)["ids"]
+    assert out["usage"]["output_tokens"] == len(ids) > 0
     assert out["usage"]["input_tokens"] > out["usage"]["state_tokens"] > 1
     for a in out["answers"].values():  # default rounding: 4 decimals
         assert all(abs(p * 1e4 - round(p * 1e4)) < 1e-6 for p in probs(a))

@@ -76,7 +76,7 @@ def test_answers_equal_kev_score(bundle, server):
         assert got["answers"] == want["answers"]
         assert got["usage"]["input_tokens"] == want["usage"]["input_tokens"]
         assert got["usage"]["state_tokens"] == want["usage"]["state_tokens"]
-        assert got["usage"]["output_tokens"] == 0
+        assert got["usage"]["output_tokens"] == want["usage"]["output_tokens"] > 0
 
 
 def test_model_name_and_alias(bundle, server, model_name):
@@ -84,9 +84,9 @@ def test_model_name_and_alias(bundle, server, model_name):
     assert status == 200 and named["model"] == model_name
     status, _, alias = server.score(REQUESTS[0])
     assert status == 200 and alias["answers"] == named["answers"]
-    status, _, err = server.score({"model": "gpt-4", **REQUESTS[0]})
-    assert status == 422
-    assert "gpt-4" in err["detail"] and model_name in err["detail"] and "kev-latest" in err["detail"]
+    # Any other name too, echoed (upstream accepts any string; test_serve_compat.py has more).
+    status, _, other = server.score({"model": "gpt-4", **REQUESTS[0]})
+    assert status == 200 and other["model"] == "gpt-4" and other["answers"] == named["answers"]
 
 
 def test_health_and_models(server, model_name):
@@ -107,8 +107,8 @@ def test_health_and_models(server, model_name):
 
     status, _, models = server.request("GET", "/v1/models")
     assert status == 200
-    assert models == {"object": "list", "data": [{"id": model_name, "object": "model"},
-                                                  {"id": "kev-latest", "object": "model"}]}
+    assert [m["name"] for m in models["models"]] == ["kev-latest", "jev-latest"]
+    assert all(m["bundle_model"] == model_name for m in models["models"])
 
 
 ERRORS = [

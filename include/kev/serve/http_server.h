@@ -1,22 +1,35 @@
 // HttpServer: the System1-Omni-compatible HTTP API over one Scorer (REFERENCE.md section 8), on
 // Boost.Beast/Asio (HTTP/1.1 parsing by Beast; framing policy, limits and lifecycle here).
 //
-//   POST /v1/systemone  request JSON -> the Scorer's response JSON (application/json)
+//   POST /v1/systemone           request JSON -> the Scorer's response JSON (application/json);
+//                                any "model" string is accepted and echoed (upstream)
+//   POST /v1/systemone/permute   upstream's demo: one choice question under n_perm option orders
+//   POST /v1/systemone/separate  upstream's demo: each question in its own pass
 //   GET  /health        {"status":"ok"|"loading"|"draining","ready","model","inflight","queued",
 //                        "cache":{...}}
 //   GET  /health/live   200 {"status":"live"} whenever the process answers HTTP
 //   GET  /health/ready  200 {"status":"ready","model"} when loaded and not draining, else 503
 //                       (Retry-After: 1) {"status":"loading"|"draining"}
-//   GET  /v1/models     {"object":"list","data":[{"id":<model>,...},{"id":"kev-latest",...}]}
+//   GET  /v1/models     upstream's {"models":[{"name":"kev-latest","description","release_date",
+//                        ...serving details},{"name":"jev-latest",...}]}
 //   GET  /metrics       Prometheus text format 0.0.4 (kev/serve/metrics.h), open, also loading
 //   GET  /openapi.json  the OpenAPI 3.1 document of this API (kev/serve/openapi.h), open
+//   OPTIONS <any path>  with Origin and Access-Control-Request-Method: a CORS preflight, 200 "OK"
+//                       (400 "Disallowed CORS method" for a method outside DELETE GET HEAD
+//                       OPTIONS PATCH POST PUT), text/plain, as Starlette's CORSMiddleware
+//
+// Headers (upstream kev/serve.py; docs/api.md): every response carries x-typesafe-request-id
+// (the client's own when it is 1..128 printable ASCII characters, else a fresh uuid4 hex) and
+// server-timing "app;dur=<ms, 1 decimal>" (from the request's first byte). A request with an
+// Origin gets Access-Control-Allow-Origin "*" (its origin and Vary: Origin when it carries a
+// Cookie) and Access-Control-Expose-Headers "x-typesafe-request-id, server-timing".
 //
 // Contract: every error is {"detail": msg}, valid UTF-8 JSON whatever the client sent (paths,
 // methods and model names are shown as printable ASCII, other bytes as %XX):
 // 400 malformed JSON or HTTP framing (the connection is then closed), 413 body over max_body
 // (refused on its declaration, or while reading a chunked body), 415 any Content-Encoding,
 // 417 an Expect other than 100-continue, 431 header section over its limits, 422 invalid
-// semantics / context overflow / unknown model / JSON over its key or element limits, 503 busy,
+// semantics / context overflow / JSON over its key or element limits, 503 busy,
 // loading, queue wait over queue_timeout, or connections / request bodies in memory over their
 // caps (always with Retry-After), 500 internal, 404, 405 (Allow).
 // A request either gets the whole response or an error, never partial answers. Requests on one
@@ -30,6 +43,7 @@
 // connections, answers every request already received; wait() returns when all are answered.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -59,6 +73,16 @@ struct ServeOptions {
   LogFormat log_format = LogFormat::kText;
 };
 
+// What GET /v1/models says of the served bundle, from its manifest (kev_export.json).
+struct BundleInfo {
+  std::string model;         // "model"
+  std::string run;           // checkpoint.repo (upstream: the run or Hub id served)
+  std::string base;          // base.repo
+  int64_t lora_rank = 0;     // lora.rank
+  double temperature = 1.0;  // "temperature"
+  std::string release_date;  // YYYY-MM-DD (UTC) head.safetensors was written
+};
+
 class HttpServer {
  public:
   explicit HttpServer(ServeOptions options);
@@ -69,8 +93,8 @@ class HttpServer {
   // Binds and listens on host:port; returns the bound port. Error(kIo) naming the address.
   int bind();
   void start();
-  // The scorer must outlive wait(). model_name: the bundle's model; "kev-latest" is its alias.
-  void set_ready(const Scorer& scorer, std::string model_name);
+  // The scorer must outlive wait(). bundle: what GET /v1/models describes.
+  void set_ready(const Scorer& scorer, BundleInfo bundle);
   void drain();
   void shutdown();
   void wait();
@@ -83,5 +107,6 @@ class HttpServer {
 
 // The served model's name from a bundle's manifest (kev_export.json "model").
 std::string bundle_model_name(const std::string& bundle_dir);
+BundleInfo read_bundle_info(const std::string& bundle_dir);
 
 }  // namespace kev

@@ -12,9 +12,9 @@ inline constexpr const char* kRequestIdHeader = "x-typesafe-request-id";
 // A new id: a random (version 4) UUID as 32 lowercase hex digits, like Python's uuid4().hex.
 std::string new_request_id();
 
-// The client's id when it is 1..128 visible ASCII characters (0x21..0x7e), so that it can be
-// echoed in a header and logged as it is; otherwise (absent, empty, too long, spaces or other
-// bytes) a new_request_id().
+// The client's id when it is 1..128 printable ASCII characters (0x20..0x7e), so that it can be
+// echoed in a header and logged as it is; otherwise (absent, empty, too long, other bytes) a
+// new_request_id().
 std::string request_id(std::string_view header_value);
 
 }  // namespace kev

@@ -38,9 +38,10 @@ struct ScorerOptions {
 };
 
 struct ScoreUsage {
-  size_t input_tokens = 0;   // every token of the packed encoding
-  size_t state_tokens = 0;   // S, the state prefix (with <state>)
-  size_t cached_tokens = 0;  // S when the prefix came from the cache, else 0
+  size_t input_tokens = 0;       // every token of the packed encoding
+  size_t state_tokens = 0;       // S, the state prefix (with <state>)
+  size_t full_state_tokens = 0;  // the whole state (with <state>): > S only when truncated
+  size_t cached_tokens = 0;      // S when the prefix came from the cache, else 0
   bool truncated = false;
 };
 
@@ -58,6 +59,17 @@ class Scorer {
   // work can stop without leaving anything half-made); true -> Error(kInterrupted), no answer.
   ScoreResult score(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
 
+  // The upstream demo endpoints, each one job of single-question passes on the same state (its
+  // prefix computed once, then cached): POST /v1/systemone/permute {"runs": [{"order",
+  // "probabilities", "choice", "latency_ms"}] (order 0 as given, then random.Random(seed)
+  // shuffles), "argmax_stable", "spread" {name: max - min of the rounded probabilities}} and
+  // POST /v1/systemone/separate {"model","answers","usage":{"input_tokens" (summed),
+  // "output_tokens"},"latency_ms" (summed, 1 decimal)}. A truncating scorer adds "truncated"
+  // and usage.state_tokens / state_tokens_used to both, as upstream's truncation_marks does.
+  OrderedJson permute(const PermuteRequest& request, const std::function<bool()>& gone = {}) const;
+  OrderedJson separate(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
+
+  const ScorerOptions& options() const { return options_; }
   const Model& model() const { return *model_; }
   const PointerHead& head() const { return head_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
@@ -66,6 +78,10 @@ class Scorer {
  private:
   std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids,
                                                   bool* cached) const;
+  // usage.output_tokens as upstream counts it: tokens of json.dumps(answers) (no special tokens
+  // added; added tokens in the text are matched, as the HF tokenizer does).
+  size_t output_tokens(const OrderedJson& answers) const;
+  void add_truncation_marks(OrderedJson& body, const ScoreUsage& usage) const;
 
   ScorerOptions options_;
   Tokenizer tokenizer_;

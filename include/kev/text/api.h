@@ -66,8 +66,27 @@ ApiRequest request_from_json(const OrderedJson& body);
 std::string render(const OrderedJson& value, int indent = 0);
 std::string python_float_repr(double v);
 double python_round(double x, int decimals);
+// Python's json.dumps(value) with its defaults: ", " and ": " separators, ensure_ascii (\uXXXX,
+// surrogate pairs beyond the BMP), floats as repr(), True/False/None as true/false/null. What
+// upstream tokenizes for usage.output_tokens.
+std::string python_json_dumps(const OrderedJson& value);
 Record to_record(const ApiRequest& request);
 const char* type_name(QuestionType t);
+
+// POST /v1/systemone/permute (upstream kev/serve.py PermuteSystemOne): {"request": a
+// /v1/systemone request (validated whole), "question": the id of one of its choice questions,
+// "n_perm": orders to score, 1..kMaxPermutations (default 6), "seed": an integer (default 0;
+// Python's random.Random seeds with its absolute value)}. Other keys are ignored, as pydantic
+// does. Integral floats (6.0) are taken for the integers; strings and booleans are refused.
+inline constexpr int kMaxPermutations = 64;
+struct PermuteRequest {
+  ApiRequest request;
+  std::string question;
+  size_t question_index = 0;  // in request.questions
+  int n_perm = 6;
+  uint64_t seed = 0;  // |seed|
+};
+PermuteRequest permute_request_from_json(const OrderedJson& body);
 
 struct AnswerOptions {
   int decimals = 4;

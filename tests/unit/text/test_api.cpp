@@ -218,5 +218,42 @@ TEST(ApiRequestMapping, DeepNestingIsRefusedNotRecursedInto) {
   }
 }
 
+// Expected text printed by CPython 3: json.dumps({"a": 0.1, "b\"\n": [1.0, 1e-05, "é😀\x01"],
+// "c": True, "d": None, "e": 12}).
+TEST(ApiJson, DumpsLikePython) {
+  OrderedJson v = OrderedJson::parse(
+      "{\"a\": 0.1, \"b\\\"\\n\": [1.0, 1e-05, \"\xc3\xa9\xf0\x9f\x98\x80\\u0001\"], \"c\": true, "
+      "\"d\": null, \"e\": 12}");
+  EXPECT_EQ(
+      python_json_dumps(v),
+      "{\"a\": 0.1, \"b\\\"\\n\": [1.0, 1e-05, \"\\u00e9\\ud83d\\ude00\\u0001\"], \"c\": true, "
+      "\"d\": null, \"e\": 12}");
+}
+
+TEST(ApiPermute, FieldsDefaultsAndRefusals) {
+  const std::string req =
+      R"({"state": "s", "questions": {"c": {"type": "choice", "criteria": {"a": 1, "b": 2}},)"
+      R"( "n": {"type": "noul"}}})";
+  PermuteRequest p = permute_request_from_json(
+      OrderedJson::parse(R"({"request": )" + req + R"(, "question": "c", "extra": 1})"));
+  EXPECT_EQ(p.n_perm, 6);
+  EXPECT_EQ(p.seed, 0U);
+  EXPECT_EQ(p.question_index, 0U);
+  p = permute_request_from_json(OrderedJson::parse(R"({"request": )" + req +
+                                                   R"(, "question": "c", "n_perm": 64.0,)"
+                                                   R"( "seed": -9223372036854775808})"));
+  EXPECT_EQ(p.n_perm, 64);
+  EXPECT_EQ(p.seed, 9223372036854775808ULL);
+  for (const std::string tail :
+       {R"("question": "n")", R"("question": "zz")", R"("question": "c", "n_perm": 0)",
+        R"("question": "c", "n_perm": 65)", R"("question": "c", "n_perm": true)",
+        R"("question": "c", "seed": 0.5)"}) {
+    EXPECT_THROW(
+        permute_request_from_json(OrderedJson::parse(R"({"request": )" + req + ", " + tail + "}")),
+        Error)
+        << tail;
+  }
+}
+
 }  // namespace
 }  // namespace kev

@@ -1,0 +1,429 @@
+"""`kev serve` as a drop-in for clients of the upstream Python server (jaredpalmer/kev kev/serve.py +
+kev/api.py), through the real binary: any model name echoed (and `kev score` agreeing), upstream's
+GET /v1/models cards, x-typesafe-request-id and server-timing on every response, Starlette's CORS
+(preflight and simple responses), usage.output_tokens as upstream counts it, and the demo endpoints
+POST /v1/systemone/permute and /separate checked against independent oracles (Python's own
+random.Random for the option orders, the server's /v1/systemone answers for the probabilities,
+json.dumps for the serialised answers). Ends with a replay of requests shaped like the upstream
+typed-decisions suite. docs/api.md describes each contract.
+
+Every server is started with --port 0 on 127.0.0.1 and always killed in teardown."""
+import datetime
+import json
+import os
+import random
+import re
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from kevtest import ServeProcess, parse_responses, raw_exchange, run_kev, synth_bundle  # noqa: E402
+
+MAX_STATE = 256
+CHOICE = {"type": "choice", "instructions": "Which channel should handle this?",
+          "criteria": {"email": "a written reply", "phone": "call the customer back", "chat": None,
+                       "escalate": {"team": "tier 2", "sla_hours": 4}, "ignore": ""}}
+NOUL = {"type": "noul", "instructions": "Is the customer at risk of churning?",
+        "criteria": {"false": "they seem satisfied", "true": "they mention cancelling"}}
+SCORE = {"type": "score", "instructions": "How urgent is it?",
+         "criteria": ["not urgent", "this week", "today", {"level": "now", "why": "outage"}]}
+STATE = {"customer": {"name": "Ada", "plan": "pro", "since": "2023-04-01"},
+         "tickets": [{"id": 1, "text": "Billing page times out"}, {"id": 2, "text": "Still broken, thinking of cancelling"}],
+         "flags": {"vip": True, "balance": 12.5, "notes": None}}
+REQUEST = {"model": "jev-latest", "state": STATE, "questions": {"channel": CHOICE, "churn": NOUL, "urgency": SCORE}}
+ID_RE = re.compile(r"^[0-9a-f]{32}$")
+TIMING_RE = re.compile(r"^app;dur=\d+\.\d$")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return synth_bundle(tmp_path_factory.mktemp("compat"), "--seed", 7)[1]
+
+
+@pytest.fixture(scope="module")
+def manifest(bundle):
+    with open(os.path.join(bundle, "kev_export.json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def server(bundle):
+    s = ServeProcess(bundle, "--max-state", MAX_STATE, "--max-inflight", 2, "--max-queue", 64, "--max-body", 65536)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def post(server, path, body, headers=None):
+    return server.request("POST", path, body, {"Content-Type": "application/json", **(headers or {})})
+
+
+def score(server, req, headers=None):
+    status, hdrs, body = post(server, "/v1/systemone", req, headers)
+    assert status == 200, body
+    return body
+
+
+def raw_request(server, method, path, headers):
+    """One request on its own connection, raw: -> (status, headers, body bytes), whatever the body."""
+    raw = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    data, _ = raw_exchange(server.port, raw.encode())
+    (reply,) = parse_responses(data)
+    return reply
+
+
+def is_uuid4_hex(s):
+    return bool(ID_RE.match(s)) and uuid.UUID(hex=s).version == 4
+
+
+# 1. Any model name is accepted and echoed; `kev score` agrees.
+
+@pytest.mark.parametrize("model", ["jev-latest", "kev-latest", "gpt-4o", "", "modèle/ünïcode 🙂", "x" * 300],
+                         ids=["jev", "kev", "other", "empty", "unicode", "long"])
+def test_any_model_echoed(bundle, server, model):
+    req = {**REQUEST, "model": model}
+    got = score(server, req)
+    assert got["model"] == model
+    assert got["answers"] == score(server, {**REQUEST, "model": "kev-latest"})["answers"]
+    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--max-state", MAX_STATE, input=json.dumps(req) + "\n")
+    cli = json.loads(proc.stdout)
+    assert cli["model"] == model and cli["answers"] == got["answers"]
+    assert cli["usage"]["output_tokens"] == got["usage"]["output_tokens"]
+
+
+def test_missing_model_defaults_and_non_string_refused(server):
+    req = {k: v for k, v in REQUEST.items() if k != "model"}
+    assert score(server, req)["model"] == "kev-latest"
+    for bad in (1, None, ["kev-latest"], {"name": "x"}, True):
+        status, _, err = post(server, "/v1/systemone", {**REQUEST, "model": bad})
+        assert status == 422 and "model" in err["detail"], (bad, err)
+
+
+# 2. GET /v1/models: upstream's cards.
+
+def test_models_cards(bundle, server, manifest):
+    status, hdrs, body = server.request("GET", "/v1/models")
+    assert status == 200 and hdrs["content-type"].startswith("application/json")
+    assert list(body) == ["models"]
+    cards = body["models"]
+    assert [c["name"] for c in cards] == ["kev-latest", "jev-latest"]
+    base, run, temp = manifest["base"]["repo"], manifest["checkpoint"]["repo"], manifest["temperature"]
+    mtime = os.stat(os.path.join(bundle, "head.safetensors")).st_mtime
+    date = datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc).date().isoformat()
+    for c in cards:
+        assert list(c)[:3] == ["name", "description", "release_date"]
+        assert c["description"] == f"Kev pointer head on {base}, serving {run} at temperature {temp:.2f}"
+        assert c["release_date"] == date
+        assert c["run"] == run and c["base"] == base and c["lora"] == manifest["lora"]["rank"]
+        assert c["temperature"] == temp and c["bundle_model"] == manifest["model"]
+        assert c["max_state_tokens"] == MAX_STATE and c["truncate_states"] is False
+        assert c["device"] == "cpu" and c["cuda_graphs"] is None
+        assert set(c["prefix_cache"]) == {"size", "min_state_tokens", "max_tokens", "hits", "misses",
+                                          "cached_states", "oom_retries"}
+        assert set(c["batches"]) == {"count", "requests", "queued"}
+        assert all(isinstance(v, int) for v in c["prefix_cache"].values())
+    assert {k: v for k, v in cards[0].items() if k != "name"} == {k: v for k, v in cards[1].items() if k != "name"}
+    before = cards[0]["batches"]["count"]
+    score(server, REQUEST)
+    after = server.request("GET", "/v1/models")[2]["models"][0]
+    assert after["batches"]["count"] == before + 1
+    assert after["prefix_cache"]["hits"] + after["prefix_cache"]["misses"] > 0
+
+
+# 3. Request id, server-timing, CORS.
+
+def test_request_id_echoed_or_generated(server):
+    _, hdrs, _ = post(server, "/v1/systemone", REQUEST, {"x-typesafe-request-id": "req_abc-123.x"})
+    assert hdrs["x-typesafe-request-id"] == "req_abc-123.x"
+    assert TIMING_RE.match(hdrs["server-timing"]), hdrs["server-timing"]
+    seen = set()
+    for _ in range(3):
+        _, hdrs, _ = post(server, "/v1/systemone", REQUEST)
+        assert is_uuid4_hex(hdrs["x-typesafe-request-id"]), hdrs
+        seen.add(hdrs["x-typesafe-request-id"])
+    assert len(seen) == 3
+    # Too long: replaced, not echoed.
+    _, hdrs, _ = server.request("GET", "/health", headers={"x-typesafe-request-id": "r" * 129})
+    assert is_uuid4_hex(hdrs["x-typesafe-request-id"])
+    _, hdrs, _ = server.request("GET", "/health", headers={"x-typesafe-request-id": "r" * 128})
+    assert hdrs["x-typesafe-request-id"] == "r" * 128
+    # Bytes outside printable ASCII: replaced (raw socket, since http.client refuses them).
+    raw = (b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+           b"x-typesafe-request-id: caf\xc3\xa9\r\n\r\n")
+    data, _ = raw_exchange(server.port, raw)
+    (status, hdrs, _), = parse_responses(data)
+    assert status == 200 and is_uuid4_hex(hdrs["x-typesafe-request-id"])
+
+
+ANY_RESPONSE = [
+    ("GET", "/health", None, 200),
+    ("GET", "/health/live", None, 200),
+    ("GET", "/health/ready", None, 200),
+    ("GET", "/v1/models", None, 200),
+    ("GET", "/nope", None, 404),
+    ("GET", "/v1/systemone", None, 405),
+    ("POST", "/v1/systemone", "{not json", 400),
+    ("POST", "/v1/systemone", json.dumps({"state": "s", "questions": {}}), 422),
+    ("POST", "/v1/systemone", "x" * 70000, 413),
+    ("POST", "/v1/systemone/permute", json.dumps({"request": REQUEST, "question": "churn"}), 422),
+]
+
+
+@pytest.mark.parametrize("method,path,body,status", ANY_RESPONSE, ids=[f"{m}{p}-{s}" for m, p, _, s in ANY_RESPONSE])
+def test_headers_on_every_response(server, method, path, body, status):
+    got, hdrs, _ = server.request(method, path, body, {"x-typesafe-request-id": "mine"})
+    assert got == status
+    assert hdrs["x-typesafe-request-id"] == "mine"
+    assert TIMING_RE.match(hdrs["server-timing"])
+    assert "access-control-allow-origin" not in hdrs  # no Origin, no CORS fields (Starlette)
+    got, hdrs, _ = server.request(method, path, body, {"Origin": "https://app.example"})
+    assert got == status and is_uuid4_hex(hdrs["x-typesafe-request-id"])
+    assert hdrs["access-control-allow-origin"] == "*"
+    assert hdrs["access-control-expose-headers"] == "x-typesafe-request-id, server-timing"
+    assert "vary" not in hdrs
+
+
+def test_header_error_replies_carry_an_id(server):
+    raw = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n"
+    data, _ = raw_exchange(server.port, raw)
+    (status, hdrs, _), = parse_responses(data)
+    assert status == 431 and is_uuid4_hex(hdrs["x-typesafe-request-id"])
+    assert TIMING_RE.match(hdrs["server-timing"])
+
+
+def test_cors_with_cookie_echoes_origin(server):
+    _, hdrs, _ = server.request("GET", "/health", headers={"Origin": "https://app.example", "Cookie": "a=b"})
+    assert hdrs["access-control-allow-origin"] == "https://app.example"
+    assert hdrs["vary"] == "Origin"
+    assert hdrs["access-control-expose-headers"] == "x-typesafe-request-id, server-timing"
+
+
+@pytest.mark.parametrize("path", ["/v1/systemone", "/v1/models", "/v1/systemone/permute", "/anything"])
+def test_cors_preflight(server, path):
+    conn_headers = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "authorization, content-type, x-typesafe-request-id"}
+    status, hdrs, body = raw_request(server, "OPTIONS", path, conn_headers)
+    assert status == 200 and body == b"OK"
+    assert hdrs["content-type"].startswith("text/plain")
+    assert hdrs["access-control-allow-origin"] == "*"
+    assert hdrs["access-control-allow-methods"] == "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
+    assert hdrs["access-control-max-age"] == "600"
+    assert hdrs["access-control-allow-headers"] == conn_headers["Access-Control-Request-Headers"]
+    assert "access-control-expose-headers" not in hdrs
+    assert is_uuid4_hex(hdrs["x-typesafe-request-id"]) and TIMING_RE.match(hdrs["server-timing"])
+
+
+def test_cors_preflight_refusals(server):
+    status, hdrs, body = raw_request(server, "OPTIONS", "/v1/systemone", {
+        "Origin": "https://app.example", "Access-Control-Request-Method": "TRACE"})
+    assert status == 400 and body == b"Disallowed CORS method" and hdrs["access-control-allow-origin"] == "*"
+    # Not a preflight (no Origin, or no Access-Control-Request-Method): routed, 405 with Allow.
+    for headers in ({}, {"Origin": "https://app.example"}, {"Access-Control-Request-Method": "POST"}):
+        status, hdrs, body = server.request("OPTIONS", "/v1/systemone", headers=headers)
+        assert status == 405 and hdrs["allow"] == "POST" and "detail" in body
+
+
+# usage.output_tokens: tokens of json.dumps(answers), as upstream counts them.
+
+def tokens_of(bundle, text):
+    proc = run_kev("tokenize", "--tokenizer", os.path.join(bundle, "tokenizer.json"), "--special", input=text)
+    return len(json.loads(proc.stdout)["ids"])
+
+
+def test_output_tokens(bundle, server):
+    for req in (REQUEST, {"state": "x", "questions": {"q": {"type": "choice", "instructions": "",
+                                                              "criteria": {"naïve \"quoted\"\n": None, "日本": 1}}}}):
+        got = score(server, req)
+        assert got["usage"]["output_tokens"] == tokens_of(bundle, json.dumps(got["answers"]))
+        assert got["usage"]["output_tokens"] > 0
+
+
+# 7. POST /v1/systemone/permute and /separate.
+
+def python_orders(keys, n_perm, seed):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_perm):
+        order = list(keys)
+        if i > 0:
+            rng.shuffle(order)
+        out.append(order)
+    return out
+
+
+@pytest.mark.parametrize("n_perm,seed", [(None, None), (1, 0), (5, 42), (8, -42), (3, 2**64 - 1), (4, 3.0)])
+def test_permute_matches_oracle(server, n_perm, seed):
+    body = {"request": REQUEST, "question": "channel"}
+    if n_perm is not None:
+        body["n_perm"] = n_perm
+    if seed is not None:
+        body["seed"] = seed
+    status, _, got = post(server, "/v1/systemone/permute", body)
+    assert status == 200, got
+    keys = list(CHOICE["criteria"])
+    orders = python_orders(keys, 6 if n_perm is None else n_perm, int(seed or 0))
+    assert list(got) == ["runs", "argmax_stable", "spread"]
+    assert [r["order"] for r in got["runs"]] == orders
+    for run, order in zip(got["runs"], orders):
+        assert list(run) == ["order", "probabilities", "choice", "latency_ms"]
+        # The same question with its criteria in this order, asked alone of /v1/systemone.
+        one = {"model": REQUEST["model"], "state": STATE,
+               "questions": {"channel": {**CHOICE, "criteria": {k: CHOICE["criteria"][k] for k in order}}}}
+        want = score(server, one)["answers"]["channel"]
+        assert list(run["probabilities"]) == order
+        assert run["probabilities"] == want["probabilities"] and run["choice"] == want["choice"]
+        assert isinstance(run["latency_ms"], (int, float)) and run["latency_ms"] >= 0
+    spread = {k: max(r["probabilities"][k] for r in got["runs"]) - min(r["probabilities"][k] for r in got["runs"])
+              for k in keys}
+    assert list(got["spread"]) == keys and got["spread"] == spread
+    assert got["argmax_stable"] == (len({r["choice"] for r in got["runs"]}) == 1)
+
+
+PERMUTE_REFUSALS = [
+    ({"request": REQUEST, "question": "churn"}, "existing choice"),
+    ({"request": REQUEST, "question": "nope"}, "existing choice"),
+    ({"request": REQUEST}, "question"),
+    ({"question": "channel"}, "request"),
+    ({"request": {"state": "s", "questions": {}}, "question": "channel"}, "request"),
+    ({"request": REQUEST, "question": "channel", "n_perm": 0}, "n_perm"),
+    ({"request": REQUEST, "question": "channel", "n_perm": 65}, "n_perm"),
+    ({"request": REQUEST, "question": "channel", "n_perm": 2.5}, "n_perm"),
+    ({"request": REQUEST, "question": "channel", "n_perm": "6"}, "n_perm"),
+    ({"request": REQUEST, "question": "channel", "seed": "1"}, "seed"),
+    ({"request": REQUEST, "question": "channel", "seed": 2.0**70}, "seed"),
+    ({"request": REQUEST, "question": 1}, "question"),
+    ([], "object"),
+]
+
+
+@pytest.mark.parametrize("body,needle", PERMUTE_REFUSALS, ids=[str(i) for i in range(len(PERMUTE_REFUSALS))])
+def test_permute_refusals(server, body, needle):
+    status, _, err = post(server, "/v1/systemone/permute", body)
+    assert status == 422 and needle in err["detail"], err
+
+
+def test_permute_max_n_perm(server):
+    status, _, got = post(server, "/v1/systemone/permute",
+                          {"request": {"state": "short", "questions": {"c": {"type": "choice", "instructions": "",
+                                                                            "criteria": {"a": None, "b": None}}}},
+                           "question": "c", "n_perm": 64, "seed": 9})
+    assert status == 200 and len(got["runs"]) == 64
+    assert [r["order"] for r in got["runs"]] == python_orders(["a", "b"], 64, 9)
+
+
+def test_separate_matches_single_questions(bundle, server):
+    status, _, got = post(server, "/v1/systemone/separate", REQUEST)
+    assert status == 200, got
+    assert list(got) == ["model", "answers", "usage", "latency_ms"]
+    assert got["model"] == "jev-latest"
+    assert list(got["answers"]) == list(REQUEST["questions"])
+    inputs = 0
+    for qid, q in REQUEST["questions"].items():
+        one = score(server, {**REQUEST, "questions": {qid: q}})
+        assert got["answers"][qid] == one["answers"][qid]
+        inputs += one["usage"]["input_tokens"]
+    assert list(got["usage"]) == ["input_tokens", "output_tokens"]
+    assert got["usage"]["input_tokens"] == inputs
+    assert got["usage"]["output_tokens"] == tokens_of(bundle, json.dumps(got["answers"]))
+    assert got["latency_ms"] == round(got["latency_ms"], 1) and got["latency_ms"] >= 0
+    status, _, err = post(server, "/v1/systemone/separate", {"state": "s", "questions": {}})
+    assert status == 422 and "question" in err["detail"]
+    assert post(server, "/v1/systemone/separate", "{bad")[0] == 400
+
+
+def test_truncation_marks_on_demo_endpoints(bundle):
+    s = ServeProcess(bundle, "--max-state", 16, "--truncate")
+    try:
+        long_state = "word " * 100
+        req = {"state": long_state, "questions": {"c": CHOICE, "n": NOUL}}
+        status, _, sep = post(s, "/v1/systemone/separate", req)
+        assert status == 200, sep
+        assert sep["truncated"] is True
+        assert sep["usage"]["state_tokens_used"] == 16 and sep["usage"]["state_tokens"] > 16
+        status, _, perm = post(s, "/v1/systemone/permute", {"request": req, "question": "c", "n_perm": 2})
+        assert status == 200, perm
+        assert list(perm) == ["runs", "argmax_stable", "spread", "truncated", "usage"]
+        assert perm["truncated"] is True and perm["usage"] == {k: sep["usage"][k] for k in ("state_tokens", "state_tokens_used")}
+        status, _, short = post(s, "/v1/systemone/separate", {"state": "hi", "questions": {"n": NOUL}})
+        assert status == 200 and short["truncated"] is False
+        assert short["usage"]["state_tokens"] == short["usage"]["state_tokens_used"]
+    finally:
+        s.close()
+
+
+# 12. Replay: requests shaped like the upstream typed-decisions suite, every contract at once.
+
+REPLAY = [
+    {"model": "jev-latest",
+     "state": {"applicant": {"name": "R. Okafor", "income": 84000, "history": ["on time", "on time", "late 2023-02"]},
+               "request": {"amount": 25000, "purpose": "home repair"}},
+     "questions": {
+         "approve": {"type": "noul", "instructions": "Approve the loan?",
+                     "criteria": {"false": "decline, risk too high", "true": "approve at the standard rate"}},
+         "tier": {"type": "choice", "instructions": "Pricing tier",
+                  "criteria": {"A": "prime", "B": "near prime", "C": {"label": "subprime", "surcharge": 0.02}}},
+         "risk": {"type": "score", "instructions": "Credit risk",
+                  "criteria": ["very low", "low", "moderate", "high", "very high"]}}},
+    {"model": "kev-latest", "state": "Shipment 4412 left Rotterdam on March 3, 2026 and is due 2026-03-20.",
+     "questions": {"late": {"type": "noul", "instructions": "Will it arrive late?"},
+                   "carrier": {"type": "choice", "instructions": {"ask": "Best carrier", "consider": ["cost", "speed"]},
+                               "criteria": {"maersk": None, "msc": "", "cma": "CMA CGM"}}}},
+    {"state": [{"role": "user", "text": "My order never came"}, {"role": "agent", "text": "Let me check"}, 3, None, True],
+     "questions": {"sentiment": {"type": "score", "instructions": None,
+                                 "criteria": [{"label": "negative"}, {"label": "neutral"}, {"label": "positive"}]},
+                   "refund": {"type": "noul", "instructions": "Refund?", "criteria": {"true": "yes, in full"}},
+                   "topic": {"type": "choice", "instructions": "Topic",
+                             "criteria": {"delivery": "where is my order", "billing": None}}}},
+    {"model": "jev-1.13.0", "state": None,
+     "questions": {"only": {"type": "noul", "instructions": "Anything?", "criteria": None}}},
+]
+
+
+@pytest.mark.parametrize("i", range(len(REPLAY)))
+def test_replay_typed_decisions(bundle, server, i):
+    req = REPLAY[i]
+    rid = f"replay-{i}"
+    status, hdrs, got = post(server, "/v1/systemone", req,
+                             {"x-typesafe-request-id": rid, "Origin": "https://frontend.example",
+                              "Authorization": "Bearer anything"})
+    assert status == 200, got
+    assert hdrs["x-typesafe-request-id"] == rid and TIMING_RE.match(hdrs["server-timing"])
+    assert hdrs["access-control-allow-origin"] == "*"
+    assert list(got) == ["model", "answers", "usage", "latency_ms"]
+    assert got["model"] == req.get("model", "kev-latest")
+    assert list(got["answers"]) == list(req["questions"])
+    for qid, q in req["questions"].items():
+        a = got["answers"][qid]
+        assert a["type"] == q["type"]
+        if q["type"] == "noul":
+            assert list(a) == ["type", "noul"] and 0 <= a["noul"] <= 1
+        elif q["type"] == "choice":
+            assert list(a) == ["type", "choice", "confidence", "probabilities"]
+            assert list(a["probabilities"]) == list(q["criteria"]) and a["choice"] in q["criteria"]
+        else:
+            assert list(a) == ["type", "score", "legend", "probabilities", "confidence"]
+            assert list(a["legend"]) == [str(k) for k in range(len(q["criteria"]))]
+            assert 0 <= a["score"] <= len(q["criteria"]) - 1
+    assert got["usage"]["input_tokens"] > 0
+    assert got["usage"]["output_tokens"] == tokens_of(bundle, json.dumps(got["answers"]))
+    # The CLI agrees on the same record.
+    cli = json.loads(run_kev("score", "--bundle", bundle, "--jsonl", "--max-state", MAX_STATE,
+                             input=json.dumps(req) + "\n").stdout)
+    assert cli["model"] == got["model"] and cli["answers"] == got["answers"]
+    # /separate answers each question as /v1/systemone would alone.
+    status, _, sep = post(server, "/v1/systemone/separate", req)
+    assert status == 200 and list(sep["answers"]) == list(req["questions"])
+    for qid, q in req["questions"].items():
+        assert sep["answers"][qid] == score(server, {**req, "questions": {qid: q}})["answers"][qid]
+    # /permute on each choice question: orders from Python's random, probabilities from /v1/systemone.
+    for qid, q in req["questions"].items():
+        if q["type"] != "choice":
+            continue
+        status, _, perm = post(server, "/v1/systemone/permute", {"request": req, "question": qid, "n_perm": 3, "seed": i})
+        assert status == 200, perm
+        assert [r["order"] for r in perm["runs"]] == python_orders(list(q["criteria"]), 3, i)
+        assert perm["runs"][0]["probabilities"] == score(server, {**req, "questions": {qid: q}})["answers"][qid]["probabilities"]
