@@ -10,6 +10,7 @@ import copy
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -112,7 +113,11 @@ def test_document_is_valid_and_the_validator_refuses_broken_ones(served, tmp_pat
 
 
 def test_document_lists_every_route(served):
-    _, doc = served
+    s, doc = served
+    # The server's own route table, as /metrics labels every route's latency histogram.
+    metrics = exchange(s.port, "GET", "/metrics")["body"]
+    routes = set(re.findall(r'^kev_http_request_duration_seconds_count\{route="([^"]+)"\}', metrics, re.M))
+    assert routes - {"other"} == set(doc["paths"]), routes
     assert set(doc["paths"]) == {"/v1/systemone", "/v1/systemone/permute", "/v1/systemone/separate", "/health",
                                  "/health/live", "/health/ready", "/v1/models", "/metrics", "/openapi.json"}
     for path, item in doc["paths"].items():  # the server's method, plus the CORS preflight
