@@ -477,7 +477,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : srv_(std::move(server)),
         stream_(std::move(socket)),
         buffer_(srv_->options.max_header_bytes + 65536),
-        reject_(reject) {}
+        reject_(reject),
+        route_(srv_->metrics.other()) {}
 
   void start() {
     if (reject_) {
@@ -929,7 +930,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point start_ = Clock::now();
   std::string method_, path_;  // printable; empty until the request line is parsed
   std::string request_id_;     // the client's x-typesafe-request-id when sane, else generated
-  size_t route_ = 0;           // metrics label index
+  size_t route_;               // metrics label index (other() until a request line is read)
   std::optional<Scored> scored_;
   double queue_ms_ = -1;               // time in the scoring queue; < 0: never queued
   std::optional<std::string> origin_;  // the request's Origin header

@@ -182,6 +182,28 @@ def test_metrics_answer_while_loading(bundle, tmp_path):
         s.close()
 
 
+def test_refused_connections_are_counted_under_other(bundle):
+    import socket
+    s = ServeProcess(bundle, "--max-connections", 1)
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10):
+            time.sleep(0.3)  # accepted first: the next connection is over the cap
+            out, _ = raw_exchange(s.port, b"GET /v1/systemone HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert out.startswith(b"HTTP/1.1 503"), out[:100]
+        deadline = time.monotonic() + 10
+        while True:  # the holder's close is seen by the server before the scrape is accepted
+            try:
+                _, m = scrape(s)
+                break
+            except (OSError, AssertionError):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert value(m, "kev_http_requests", "kev_http_requests_total", route="other", status="503") >= 1
+        assert value(m, "kev_http_requests", "kev_http_requests_total", route="/v1/systemone") == 0
+    finally:
+        s.close()
+
+
 def stop_and_log(s):
     s.proc.send_signal(signal.SIGTERM)
     s.proc.wait(timeout=60)
