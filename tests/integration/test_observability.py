@@ -259,6 +259,42 @@ def test_json_request_log(bundle):
     assert not any(l.startswith("kev serve: GET") or l.startswith("kev serve: POST") for l in log.splitlines())
 
 
+def test_json_log_stays_valid_under_mutated_requests(bundle):
+    """Seeded byte-level mutations of valid requests (as test_serve_hostile's): every stderr line
+    is either a lifecycle line or a JSON object with every field."""
+    import random
+    rng = random.Random(1130)
+    body = json.dumps(REQ_B).encode()
+    seeds = [b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+             b"GET /health?x=\"\\ HTTP/1.1\r\nHost: x\r\nx-typesafe-request-id: a\"b\\c\r\n\r\n"]
+    s = ServeProcess(bundle, "--log-format", "json", "--request-timeout", 2, "--max-state", 256)
+    try:
+        for _ in range(120):
+            data = bytearray(rng.choice(seeds))
+            for _ in range(rng.randint(1, 4)):
+                op, at = rng.randrange(4), rng.randrange(len(data))
+                if op == 0:
+                    data[at] ^= 1 << rng.randrange(8)
+                elif op == 1:
+                    data[at:at] = rng.choice([b"\r", b"\n", b"\0", b"\xff", b"\x1b", b" ", b"\"", b"\\", b"%"])
+                elif op == 2:
+                    del data[at:at + rng.randint(1, 8)]
+                else:
+                    data[at:at] = data[at:at + rng.randint(1, 16)]
+            raw_exchange(s.port, bytes(data), timeout=5, half_close=True)
+    finally:
+        log = stop_and_log(s)
+    entries = 0
+    for line in log.splitlines():
+        if line.startswith("kev serve: "):
+            assert "GET" not in line and "POST" not in line, line
+            continue
+        e = json.loads(line)
+        assert {"ts", "request_id", "method", "path", "route", "status", "duration_ms"} <= set(e), e
+        entries += 1
+    assert entries >= 60, log[-2000:]
+
+
 def test_text_log_is_the_default_and_quiet_silences_both(bundle):
     s = ServeProcess(bundle)
     try:
