@@ -20,7 +20,14 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
   app.add_flag("--truncate", o.limits.truncate, "truncate an over-long state instead of refusing");
   app.add_option("--decimals", o.decimals, "round answers to N decimals (negative: exact)")
       ->capture_default_str();
-  app.add_option("--cache-entries", o.cache_entries, "state prefixes kept in the LRU cache")
+  app.add_option("--cache-entries", o.cache_entries,
+                 "state prefixes kept in the LRU cache (0: no cache)")
+      ->capture_default_str();
+  app.add_option("--cache-tokens", o.cache_tokens,
+                 "state tokens the cache holds in all; a longer state is not cached")
+      ->capture_default_str();
+  app.add_option("--cache-min-tokens", o.cache_min_tokens,
+                 "states shorter than this many tokens are not cached")
       ->capture_default_str();
   app.add_option("--threads", o.forward.threads,
                  "compute threads per request (default: all cores)");

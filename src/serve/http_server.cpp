@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -29,9 +30,11 @@
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
+#include "kev/core/sha256.h"
 #include "kev/serve/metrics.h"
 #include "kev/serve/openapi.h"
 #include "kev/serve/request_id.h"
+#include "kev/text/date_facts.h"
 
 namespace kev {
 namespace {
@@ -265,6 +268,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::atomic<const Scorer*> scorer{nullptr};
   BundleInfo bundle;  // written before scorer is published, read after it is seen
   const std::string& model = bundle.model;
+  std::array<uint8_t, 32> auth_digest{};    // SHA-256 of "Bearer <api_key>"
   mutable std::atomic<uint64_t> passes{0};  // scoring passes answered (each its own batch)
   bool started = false, waited = false;
 
@@ -277,7 +281,14 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
 
   explicit Impl(ServeOptions o)
       : options(std::move(o)),
-        admission(options.max_inflight, options.max_queue, seconds(options.queue_timeout_s)) {}
+        admission(options.max_inflight, options.max_queue, seconds(options.queue_timeout_s)) {
+    if (!options.api_key.empty()) {
+      const std::string expected = "Bearer " + options.api_key;
+      Sha256 h;
+      h.update(expected.data(), expected.size());
+      auth_digest = h.digest();
+    }
+  }
 
   void accept();
   void on_shutdown();
@@ -293,15 +304,18 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
     try {
       const Scorer& s = *scorer.load();
+      OrderedJson json = parse_json_strict(body, "the request body", options.json);
       if (endpoint == Endpoint::kPermute) {
-        PermuteRequest p =
-            permute_request_from_json(parse_json_strict(body, "the request body", options.json));
+        if (options.date_facts && json.is_object())
+          if (auto r = json.find("request"); r != json.end()) add_date_facts(*r);
+        PermuteRequest p = permute_request_from_json(json);
         Reply r = json_reply(200, s.permute(p, gone));
         passes += static_cast<uint64_t>(p.n_perm);
         for (int i = 0; i < p.n_perm; ++i) metrics.batch(1);
         return r;
       }
-      ApiRequest request = parse_request(body, options.json);
+      if (options.date_facts) add_date_facts(json);
+      ApiRequest request = request_from_json(json);
       if (endpoint == Endpoint::kSeparate) {
         Reply r = json_reply(200, s.separate(request, gone));
         passes += request.questions.size();
@@ -385,6 +399,28 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     return r;
   }
 
+  // KEV_DATE_FACTS: the request's state with upstream's date facts (a body that is no object
+  // or has no state is left for request_from_json to refuse).
+  static void add_date_facts(OrderedJson& request) {
+    if (!request.is_object()) return;
+    if (auto st = request.find("state"); st != request.end()) *st = with_date_facts(*st);
+  }
+
+  // "Authorization: Bearer <key>" exactly, as upstream's hmac.compare_digest: both sides
+  // hashed to fixed-size digests, compared with no branch on their bytes.
+  bool authorized(const http::request<http::string_body>& req) const {
+    auto it = req.find(http::field::authorization);
+    const std::string_view got = it == req.end()
+                                     ? std::string_view()
+                                     : std::string_view(it->value().data(), it->value().size());
+    Sha256 h;
+    h.update(got.data(), got.size());
+    const std::array<uint8_t, 32> a = h.digest();
+    uint8_t diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<uint8_t>(a[i] ^ auth_digest[i]);
+    return diff == 0;
+  }
+
   // Upstream's GET /v1/models: one TypeSafe card (name, description, release_date) per
   // accepted name, plus serving details a client may ignore.
   OrderedJson models() const {
@@ -409,7 +445,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         {"cuda_graphs", nullptr},
         {"prefix_cache",
          {{"size", o.cache_entries},
-          {"min_state_tokens", 0},
+          {"min_state_tokens", o.cache_min_tokens},
           {"max_tokens", o.cache_tokens},
           {"hits", cache.hits()},
           {"misses", cache.misses()},
@@ -699,6 +735,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (req.method() == http::verb::options && origin_ &&
         req.find(http::field::access_control_request_method) != req.end())
       return send(preflight(req));
+    // Upstream: every path under /v1 (known or not) needs the key when one is set.
+    if (!opt().api_key.empty() && path.substr(0, 3) == "/v1" && !srv_->authorized(req)) {
+      Reply r = detail(401, "missing or invalid API key; send Authorization: Bearer <KEV_API_KEY>");
+      r.headers.emplace_back("www-authenticate", "Bearer");
+      return send(std::move(r));
+    }
     const Route* route = nullptr;
     for (const Route& r : kRoutes)
       if (path == r.path) route = &r;

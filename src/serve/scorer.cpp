@@ -28,6 +28,10 @@ Scorer::Scorer(const std::string& bundle_dir, ScorerOptions options)
 
 std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_t>& ids,
                                                         bool* cached) const {
+  if (ids.size() < options_.cache_min_tokens) {  // too short to be worth caching (upstream)
+    *cached = false;
+    return std::make_shared<const PrefixState>(model_->extend(model_->empty_state(), ids));
+  }
   if (auto hit = cache_->find(ids)) {
     *cached = true;
     return hit;
@@ -95,15 +99,18 @@ ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>
   double latency =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   OrderedJson answers = answers_json(request, result.probabilities, {options_.decimals});
+  // Upstream's usage: state_tokens is the whole state; a truncating scorer also says what was
+  // read (state_tokens_used) and, on every response, whether it truncated.
   OrderedJson usage = {{"input_tokens", result.usage.input_tokens},
                        {"output_tokens", output_tokens(answers)},
-                       {"state_tokens", result.usage.state_tokens},
-                       {"cached_tokens", result.usage.cached_tokens}};
-  if (enc.truncated) usage["truncated_state_tokens"] = enc.state_tokens;
+                       {"state_tokens", result.usage.full_state_tokens}};
+  if (options_.limits.truncate) usage["state_tokens_used"] = result.usage.state_tokens;
+  usage["cached_tokens"] = result.usage.cached_tokens;
   result.response = {{"model", request.model},
                      {"answers", std::move(answers)},
                      {"usage", usage},
                      {"latency_ms", python_round(latency, 3)}};
+  if (options_.limits.truncate) result.response["truncated"] = result.usage.truncated;
   return result;
 }
 

@@ -1,7 +1,8 @@
 """GET /openapi.json checked by real tools: the served document is src/serve/openapi.json (the one
 source, embedded at build time) and is a valid OpenAPI document for @apidevtools/swagger-parser;
 real responses of every endpoint and of every status the server can be made to send (200, 400,
-404, 405, 413, 415, 417, 422, 431, 503 loading / busy / too many connections), CORS preflights
+401, 404, 405, 413, 415, 417, 422, 431, 503 loading / busy / too many connections), --truncate's
+fields, CORS preflights
 and upstream's headers (x-typesafe-request-id, server-timing, CORS fields) are validated
 against the document's schemas and headers with ajv (tests/openapi/validate.mjs; npm packages
 pinned in tests/openapi/package-lock.json, installed by scripts/setup.sh). Not provoked here: 500
@@ -234,3 +235,38 @@ def test_loading_and_busy_responses_match_the_document(bundle, served, tmp_path)
     rc, out = validate(doc, xs, tmp_path)
     bad = [(x["method"], x["path"], x["status"], e) for x, e in zip(xs, out["exchanges"]) if e]
     assert rc == 0 and not bad, bad or out
+
+
+def test_auth_and_truncation_responses_match_the_document(bundle, served, tmp_path, monkeypatch):
+    _, doc = served
+    monkeypatch.setenv("KEV_API_KEY", "sekret-key")
+    s = ServeProcess(bundle, "--truncate", "--max-state", 16)
+    try:
+        json_h = {"Content-Type": "application/json"}
+        good = dict(json_h, Authorization="Bearer sekret-key")
+        xs = [exchange(s.port, "POST", "/v1/systemone", QUICK, json_h),  # 401: no key
+              exchange(s.port, "POST", "/v1/systemone/separate", QUICK, dict(json_h, Authorization="Bearer nope")),
+              exchange(s.port, "GET", "/v1/models", headers={"Authorization": "Bearer nope"}),  # 401
+              exchange(s.port, "POST", "/v1/systemone", QUICK, good),  # 200
+              exchange(s.port, "GET", "/v1/models", headers={"Authorization": "Bearer sekret-key"}),  # 200
+              exchange(s.port, "GET", "/metrics"),  # open
+              exchange(s.port, "GET", "/openapi.json"),  # open
+              exchange(s.port, "GET", "/health")]  # open
+        long = dict(QUICK, state="word " * 100)
+        choice = {"state": "word " * 100, "questions": {"c": {"type": "choice", "criteria": {"x": None, "y": None}}}}
+        xs += [exchange(s.port, "POST", "/v1/systemone", long, good),
+               exchange(s.port, "POST", "/v1/systemone/separate", long, good),
+               exchange(s.port, "POST", "/v1/systemone/permute", {"request": choice, "question": "c", "n_perm": 2}, good)]
+    finally:
+        s.close()
+    assert [x["status"] for x in xs] == [401, 401, 401] + [200] * 8, xs
+    assert xs[0]["headers"]["www-authenticate"] == "Bearer"
+    assert all(json.loads(x["body"])["truncated"] is True for x in xs[-3:]), xs[-3:]
+    rc, out = validate(doc, xs, tmp_path)
+    bad = [(x["method"], x["path"], x["status"], e) for x, e in zip(xs, out["exchanges"]) if e]
+    assert rc == 0 and not bad, bad or out
+    # The document says which operations the key guards: exactly the /v1 ones.
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            guarded = {"bearer": []} in op["security"]
+            assert guarded == (path.startswith("/v1") and method != "options"), (method, path)

@@ -427,3 +427,273 @@ def test_replay_typed_decisions(bundle, server, i):
         assert status == 200, perm
         assert [r["order"] for r in perm["runs"]] == python_orders(list(q["criteria"]), 3, i)
         assert perm["runs"][0]["probabilities"] == score(server, {**req, "questions": {qid: q}})["answers"][qid]["probabilities"]
+
+
+# Upstream's truncation fields on /v1/systemone: usage.state_tokens is the whole state; a
+# truncating server adds usage.state_tokens_used and "truncated" to every response.
+
+def test_truncation_fields(bundle, server):
+    got = score(server, REQUEST)
+    assert "truncated" not in got and "state_tokens_used" not in got["usage"]
+    assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "cached_tokens"]
+    s = ServeProcess(bundle, "--max-state", 16, "--truncate")
+    try:
+        long_req = {"state": "word " * 100, "questions": {"n": NOUL}}
+        status, _, got = post(s, "/v1/systemone", long_req)
+        assert status == 200, got
+        assert list(got) == ["model", "answers", "usage", "latency_ms", "truncated"]
+        assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "state_tokens_used", "cached_tokens"]
+        assert got["truncated"] is True and got["usage"]["state_tokens_used"] == 16 < got["usage"]["state_tokens"]
+        cli = json.loads(run_kev("score", "--bundle", bundle, "--max-state", 16, "--truncate",
+                                 input=json.dumps(long_req)).stdout)
+        assert cli["usage"]["state_tokens"] == got["usage"]["state_tokens"] and cli["truncated"] is True
+        status, _, got = post(s, "/v1/systemone", {"state": "hi", "questions": {"n": NOUL}})
+        assert got["truncated"] is False and got["usage"]["state_tokens"] == got["usage"]["state_tokens_used"]
+    finally:
+        s.close()
+
+
+# Bearer auth (upstream: KEV_API_KEY; here also a key file).
+
+KEY = "s3cr3t-K3y_for.tests~0123456789"
+
+
+def serve_env(bundle, env, *args):
+    """A server with extra environment variables."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return ServeProcess(bundle, "--max-state", MAX_STATE, *args)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def check_auth(s, key):
+    ok = {"Authorization": f"Bearer {key}"}
+    for path, method, body in (("/v1/systemone", "POST", REQUEST), ("/v1/models", "GET", None),
+                               ("/v1/systemone/separate", "POST", REQUEST), ("/v1/nope", "GET", None)):
+        for headers in ({}, {"Authorization": key}, {"Authorization": "Bearer"}, {"Authorization": f"bearer {key}"},
+                        {"Authorization": f"Basic {key}"}, {"Authorization": f"Bearer {key}x"},
+                        {"Authorization": f"Bearer {key[:-1]}"}, {"Authorization": "Bearer wrong"}):
+            status, hdrs, err = s.request(method, path, body, {**headers, "x-typesafe-request-id": "a1"})
+            assert status == 401, (path, headers, status)
+            assert hdrs["www-authenticate"] == "Bearer" and hdrs["x-typesafe-request-id"] == "a1"
+            assert err == {"detail": "missing or invalid API key; send Authorization: Bearer <KEV_API_KEY>"}
+        status, _, got = s.request(method, path, body, ok)
+        assert status == (404 if path == "/v1/nope" else 200), got
+    for path in ("/health", "/health/live", "/health/ready"):
+        assert s.request("GET", path)[0] == 200
+    assert s.request("GET", "/nope")[0] == 404  # outside /v1: no key needed, as upstream
+    status, hdrs, _ = raw_request(s, "OPTIONS", "/v1/systemone", {"Origin": "https://a.example",
+                                                                   "Access-Control-Request-Method": "POST"})
+    assert status == 200  # preflights carry no credentials
+    assert key not in s.stderr()
+
+
+def test_auth_from_env(bundle):
+    s = serve_env(bundle, {"KEV_API_KEY": KEY})
+    try:
+        check_auth(s, KEY)
+    finally:
+        s.close()
+
+
+def test_auth_from_key_file(bundle, tmp_path):
+    f = tmp_path / "key"
+    f.write_text(KEY + "\n")
+    other = tmp_path / "other"
+    other.write_text("other-key")
+    # The flag wins over KEV_API_KEY_FILE.
+    s = serve_env(bundle, {"KEV_API_KEY_FILE": str(other)}, "--api-key-file", f)
+    try:
+        check_auth(s, KEY)
+    finally:
+        s.close()
+    s = serve_env(bundle, {"KEV_API_KEY_FILE": str(other)})
+    try:
+        assert s.request("GET", "/v1/models", headers={"Authorization": "Bearer other-key"})[0] == 200
+        assert s.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})[0] == 401
+    finally:
+        s.close()
+
+
+def test_open_without_key(server):
+    assert server.request("GET", "/v1/models")[0] == 200
+
+
+# Upstream's environment configuration; malformed values stop start-up with one sentence.
+
+@pytest.mark.parametrize("env,needle", [
+    ({"KEV_TRUNCATE_STATES": "true"}, "KEV_TRUNCATE_STATES"),
+    ({"KEV_DATE_FACTS": "2"}, "KEV_DATE_FACTS"),
+    ({"KEV_PREFIX_CACHE": "-1"}, "KEV_PREFIX_CACHE"),
+    ({"KEV_PREFIX_MIN_TOKENS": "1e3"}, "KEV_PREFIX_MIN_TOKENS"),
+    ({"KEV_PREFIX_MAX_TOKENS": "lots"}, "KEV_PREFIX_MAX_TOKENS"),
+    ({"KEV_API_KEY": "two words"}, "KEV_API_KEY"),
+    ({"KEV_API_KEY": "k", "KEV_API_KEY_FILE": "/nonexistent"}, "only one"),
+], ids=["truncate", "date", "cache", "min", "max", "key", "both"])
+def test_env_refused(bundle, env, needle):
+    proc = run_kev("serve", "--bundle", bundle, "--port", 0, env=env, check=False, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "two words" not in proc.stderr
+
+
+def card(s):
+    return s.request("GET", "/v1/models")[2]["models"][0]
+
+
+def test_env_configuration(bundle):
+    s = serve_env(bundle, {"KEV_TRUNCATE_STATES": "1", "KEV_PREFIX_CACHE": "0", "KEV_PREFIX_MAX_TOKENS": "5000"})
+    try:
+        c = card(s)
+        assert c["truncate_states"] is True and c["prefix_cache"]["size"] == 0 and c["prefix_cache"]["max_tokens"] == 5000
+        for _ in range(2):
+            got = post(s, "/v1/systemone", REQUEST)[2]
+            assert got["truncated"] is False and got["usage"]["cached_tokens"] == 0
+        assert card(s)["prefix_cache"]["hits"] == 0
+    finally:
+        s.close()
+    s = serve_env(bundle, {"KEV_PREFIX_MIN_TOKENS": "100000", "KEV_TRUNCATE_STATES": "0"})
+    try:
+        for _ in range(2):
+            assert post(s, "/v1/systemone", REQUEST)[2]["usage"]["cached_tokens"] == 0
+        c = card(s)
+        assert c["prefix_cache"]["min_state_tokens"] == 100000 and c["prefix_cache"]["cached_states"] == 0
+        assert c["truncate_states"] is False
+    finally:
+        s.close()
+    # Flags win over the environment.
+    s = serve_env(bundle, {"KEV_TRUNCATE_STATES": "0", "KEV_PREFIX_CACHE": "7", "KEV_PREFIX_MIN_TOKENS": "100000"},
+                  "--truncate", "--cache-entries", 3, "--cache-min-tokens", 0)
+    try:
+        c = card(s)
+        assert c["truncate_states"] is True and c["prefix_cache"]["size"] == 3
+        post(s, "/v1/systemone", REQUEST)
+        assert post(s, "/v1/systemone", REQUEST)[2]["usage"]["cached_tokens"] > 0
+    finally:
+        s.close()
+
+
+# Date facts (KEV_DATE_FACTS=1): an independent Python version of upstream's documented rule
+# (kev/api.py date_facts / with_date_facts: Python's re and datetime.strptime), applied here to
+# the state, must give the same model input as the server's own preprocessing.
+
+MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+PY_DATE = re.compile(rf"\b(?:{MONTHS}) \d{{1,2}}, \d{{4}}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b")
+PY_SUFFIX = re.compile(r"(?:\n\ndate_facts: [^\n]*)+$")
+
+
+def py_render(v, indent=0):
+    pad = "  " * indent
+    if v is None:
+        return ""
+    if isinstance(v, (str, int, float, bool)):
+        return str(v)
+    if isinstance(v, list):
+        return "\n".join(f"{pad}- {py_render(x, indent + 1).lstrip()}" for x in v)
+    return "\n".join(f"{pad}{k}:\n{py_render(x, indent + 1)}" if isinstance(x, (dict, list)) else f"{pad}{k}: {py_render(x)}"
+                     for k, x in v.items())
+
+
+def py_date_facts(text):
+    found = []
+    for m in PY_DATE.finditer(text):
+        raw = m.group(0)
+        try:
+            d = datetime.datetime.strptime(raw, "%B %d, %Y" if "," in raw else "%Y-%m-%d")
+        except ValueError:
+            continue
+        if raw not in [r for r, _ in found]:
+            found.append((raw, d))
+    facts = []
+    for i in range(len(found)):
+        for j in range(i + 1, len(found)):
+            n = (found[j][1] - found[i][1]).days
+            if n == 0:
+                facts.append(f"{found[j][0]} is the same day as {found[i][0]}.")
+            else:
+                facts.append(f"{found[j][0]} is {abs(n)} day{'s' if abs(n) != 1 else ''} "
+                             f"{'after' if n > 0 else 'before'} {found[i][0]}.")
+    return " ".join(facts)
+
+
+def py_with_date_facts(state):
+    if isinstance(state, dict):
+        state = {k: v for k, v in state.items() if k != "date_facts"}
+    elif isinstance(state, list):
+        state = [v for v in state if not (isinstance(v, dict) and set(v) == {"date_facts"})]
+    elif isinstance(state, str):
+        state = PY_SUFFIX.sub("", state)
+    facts = py_date_facts(py_render(state))
+    if not facts:
+        return state
+    if isinstance(state, dict):
+        return {**state, "date_facts": facts}
+    if isinstance(state, list):
+        return state + [{"date_facts": facts}]
+    return f"{state}\n\ndate_facts: {facts}"
+
+
+DATE_STATES = [
+    "Shipped March 3, 2026; due 2026-03-20; promised March 20, 2026.",
+    {"order": {"placed": "2024-02-28", "paid": "February 29, 2024", "shipped": "2024-03-01"}, "note": "2024-02-28 again"},
+    ["invoice 2025-12-31", {"due": "January 1, 2026"}, "reminder 2026-01-02", 7, None],
+    "Invalid: February 29, 2025 and 2025-02-29 and 2026-13-01 and 2026-00-10 and 0000-01-01 and March 0, 2026 "
+    "and March 32, 2026; valid: March 09, 2026 and March 9, 2026 and 2026-03-09.",
+    "Not dates: march 3, 2026, x2026-01-01, 2026-01-01x, 12026-01-01, 2026-1-01, Marchy 3, 2026; one: 2026-06-01.",
+    "Scripts: ٢٠٢٦-03-05 and 2026-03-04 and March 2٥, 2026 and 2026-0٣-01.",
+    "Far apart: December 31, 1999 and 2000-01-01.",
+    "Farther: September 14, 1752 and 9999-12-31.",
+    "Old annotation stays out 2026-01-01 and 2026-01-11\n\ndate_facts: stale\n\ndate_facts: older",
+    "One date only 2026-01-01\n\ndate_facts: stale",
+    {"a": "2026-01-01", "date_facts": "stale", "b": "2026-01-03"},
+    ["2026-01-01", {"date_facts": "stale"}, {"date_facts": "x", "other": 1}, "2025-12-25"],
+    {"deep": {"deeper": [{"when": "July 22, 2026"}, "August 3, 2026"]}},
+    "No dates at all",
+    42,
+    None,
+]
+
+
+def test_date_facts_oracle_self_check():
+    assert py_date_facts("August 3, 2026 and July 22, 2026") == "July 22, 2026 is 12 days before August 3, 2026."
+    assert py_date_facts("2024-02-28 2024-03-01") == "2024-03-01 is 2 days after 2024-02-28."
+
+
+@pytest.fixture(scope="module")
+def date_server(bundle):
+    s = serve_env(bundle, {"KEV_DATE_FACTS": "1"})
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("i", range(len(DATE_STATES)))
+def test_date_facts_match_python(server, date_server, i):
+    state = DATE_STATES[i]
+    questions = {"c": CHOICE, "n": NOUL}
+    got = score(date_server, {"state": state, "questions": questions})
+    want = score(server, {"state": py_with_date_facts(state), "questions": questions})
+    assert got["usage"]["input_tokens"] == want["usage"]["input_tokens"]
+    assert got["answers"] == want["answers"]
+    # The demo endpoints preprocess the same way.
+    sep = post(date_server, "/v1/systemone/separate", {"state": state, "questions": questions})[2]
+    assert sep["answers"] == got["answers"]
+    perm = post(date_server, "/v1/systemone/permute",
+                {"request": {"state": state, "questions": questions}, "question": "c", "n_perm": 1})[2]
+    assert perm["runs"][0]["probabilities"] == got["answers"]["c"]["probabilities"]
+
+
+def test_date_facts_change_the_input(server, date_server):
+    state = DATE_STATES[0]
+    assert py_with_date_facts(state) != state
+    with_facts = score(date_server, {"state": state, "questions": {"n": NOUL}})
+    without = score(server, {"state": state, "questions": {"n": NOUL}})
+    assert with_facts["usage"]["input_tokens"] > without["usage"]["input_tokens"]

@@ -95,7 +95,10 @@ def compare(native, ref, worst):
     assert "detail" not in native, native
     enc = ref["encoding"]
     assert native["usage"]["input_tokens"] == len(enc["ids"])
-    assert native["usage"]["state_tokens"] == enc["state_length"]
+    # Upstream's usage: state_tokens is the whole state; state_tokens_used what was read
+    # (given when the scorer truncates).
+    assert native["usage"]["state_tokens"] == enc["state_tokens"]
+    assert native["usage"].get("state_tokens_used", enc["state_length"]) == enc["state_length"]
     assert list(native["answers"]) == list(ref["answers"])
     for qid, want in ref["answers"].items():
         got = native["answers"][qid]
@@ -139,8 +142,8 @@ def test_truncating_mode_matches_the_reference(setup):
     worst = [0.0]
     for n, r in zip(native, ref):
         assert r["encoding"]["truncated"]
-        assert n["usage"]["state_tokens"] == 12
-        assert n["usage"]["truncated_state_tokens"] == r["encoding"]["state_tokens"]
+        assert n["usage"]["state_tokens_used"] == 12 and n["truncated"] is True
+        assert n["usage"]["state_tokens"] == r["encoding"]["state_tokens"]
         compare(n, r, worst)
     # Strict mode refuses the same requests, one error object per line, 422.
     proc, strict = score_stream(setup["bundle"], reqs, "--max-state", "12")

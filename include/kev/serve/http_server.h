@@ -71,6 +71,13 @@ struct ServeOptions {
   JsonLimits json = {.max_object_keys = 16384, .max_array_elements = 16384};
   bool log_requests = true;  // one line per request on stderr
   LogFormat log_format = LogFormat::kText;
+  // Bearer auth (upstream KEV_API_KEY): non-empty = every path starting with /v1 needs
+  // "Authorization: Bearer <api_key>", else 401 + WWW-Authenticate: Bearer. /health* and CORS
+  // preflights stay open. Compared as SHA-256 digests, without data-dependent branches.
+  std::string api_key;
+  // Upstream KEV_DATE_FACTS: add day counts between the absolute dates of each state
+  // (with_date_facts in text/api.h) before scoring.
+  bool date_facts = false;
 };
 
 // What GET /v1/models says of the served bundle, from its manifest (kev_export.json).

@@ -33,7 +33,8 @@ struct ScorerOptions {
   size_t max_input_tokens = 65536;  // packed tokens of one request (state + every branch)
   size_t cache_entries = 16;        // state prefixes kept
   size_t cache_tokens = 1 << 16;    // total state tokens kept
-  int decimals = 4;                 // answer rounding (negative: unrounded)
+  size_t cache_min_tokens = 0;  // shorter states are not cached (upstream KEV_PREFIX_MIN_TOKENS)
+  int decimals = 4;             // answer rounding (negative: unrounded)
   ForwardOptions forward;
 };
 
