@@ -179,6 +179,9 @@ const bool registered = register_command(
                      "most keys in any one JSON object of a request, else 422 (default 16384)");
       app.add_option("--max-json-elements", o->serve.json.max_array_elements,
                      "most elements in any one JSON array of a request, else 422 (default 16384)");
+      app.add_option("--max-json-depth", o->serve.json.max_depth,
+                     "deepest JSON nesting in a request, else 422 (default 64)")
+          ->check(CLI::Range(1, kMaxJsonDepthLimit));
       app.add_option(
              "--log-format", o->log_format,
              "request log on stderr: text (one \"kev serve: METHOD PATH STATUS N ms\" line, "

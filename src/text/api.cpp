@@ -320,8 +320,8 @@ class LinearBuilder : public nlohmann::json_sax<OrderedJson> {
   bool open(OrderedJson&& container) {
     // Rendering and answering recurse over the value; a bound keeps a hostile body from
     // overflowing the stack or costing time quadratic in its depth.
-    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth))
-      bad(fmt::format("{} nests JSON deeper than {} levels", what_, kMaxJsonDepth));
+    if (stack_.size() >= limits_.max_depth)
+      bad(fmt::format("{} nests JSON deeper than {} levels", what_, limits_.max_depth));
     // Only the innermost open container grows, so pointers to the outer ones stay valid.
     stack_.push_back(Open{place(std::move(container)), 0, {}});
     return true;

@@ -19,7 +19,9 @@ import uuid
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
 from kevtest import ServeProcess, parse_responses, raw_exchange, run_kev, synth_bundle  # noqa: E402
+from encode_reference import render as render_reference  # noqa: E402  (upstream's render, in Python)
 
 MAX_STATE = 256
 CHOICE = {"type": "choice", "instructions": "Which channel should handle this?",
@@ -581,24 +583,13 @@ def test_env_configuration(bundle):
 
 
 # Date facts (KEV_DATE_FACTS=1): an independent Python version of upstream's documented rule
-# (kev/api.py date_facts / with_date_facts: Python's re and datetime.strptime), applied here to
-# the state, must give the same model input as the server's own preprocessing.
+# (kev/api.py date_facts / with_date_facts: Python's re and datetime.strptime; render from the
+# encoding oracle), applied here to the state, must give the same model input as the server's
+# own preprocessing.
 
 MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 PY_DATE = re.compile(rf"\b(?:{MONTHS}) \d{{1,2}}, \d{{4}}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b")
 PY_SUFFIX = re.compile(r"(?:\n\ndate_facts: [^\n]*)+$")
-
-
-def py_render(v, indent=0):
-    pad = "  " * indent
-    if v is None:
-        return ""
-    if isinstance(v, (str, int, float, bool)):
-        return str(v)
-    if isinstance(v, list):
-        return "\n".join(f"{pad}- {py_render(x, indent + 1).lstrip()}" for x in v)
-    return "\n".join(f"{pad}{k}:\n{py_render(x, indent + 1)}" if isinstance(x, (dict, list)) else f"{pad}{k}: {py_render(x)}"
-                     for k, x in v.items())
 
 
 def py_date_facts(text):
@@ -630,7 +621,7 @@ def py_with_date_facts(state):
         state = [v for v in state if not (isinstance(v, dict) and set(v) == {"date_facts"})]
     elif isinstance(state, str):
         state = PY_SUFFIX.sub("", state)
-    facts = py_date_facts(py_render(state))
+    facts = py_date_facts(render_reference(state))
     if not facts:
         return state
     if isinstance(state, dict):
@@ -655,6 +646,7 @@ DATE_STATES = [
     {"a": "2026-01-01", "date_facts": "stale", "b": "2026-01-03"},
     ["2026-01-01", {"date_facts": "stale"}, {"date_facts": "x", "other": 1}, "2025-12-25"],
     {"deep": {"deeper": [{"when": "July 22, 2026"}, "August 3, 2026"]}},
+    "Boundaries as Python's \\b: combining a\u03002026-01-01 and connector \u203f2026-01-02, not \u00e92026-01-03.",
     "No dates at all",
     42,
     None,
@@ -697,3 +689,51 @@ def test_date_facts_change_the_input(server, date_server):
     with_facts = score(date_server, {"state": state, "questions": {"n": NOUL}})
     without = score(server, {"state": state, "questions": {"n": NOUL}})
     assert with_facts["usage"]["input_tokens"] > without["usage"]["input_tokens"]
+
+
+# Limits kept from before, now flags: JSON nesting (--max-json-depth).
+
+def test_max_json_depth_flag(bundle):
+    def nested(n):
+        v = "x"
+        for _ in range(n - 1):
+            v = {"k": v}
+        return v
+    s = ServeProcess(bundle, "--max-state", MAX_STATE, "--max-json-depth", 8)
+    try:
+        # The body object is level 1, "state" level 2: a state of depth 6 makes 7 levels.
+        assert post(s, "/v1/systemone", {"state": nested(6), "questions": {"n": NOUL}})[0] == 200
+        status, _, err = post(s, "/v1/systemone", {"state": nested(9), "questions": {"n": NOUL}})
+        assert status == 422 and "8 levels" in err["detail"]
+    finally:
+        s.close()
+    proc = run_kev("serve", "--bundle", bundle, "--port", 0, "--max-json-depth", 2000, check=False, timeout=60)
+    assert proc.returncode != 0 and "max-json-depth" in proc.stderr
+
+
+def test_replay_against_configured_server(bundle, server):
+    """The replay once more against a server configured as an upstream deployment would be
+    (KEV_API_KEY, KEV_TRUNCATE_STATES=1, KEV_DATE_FACTS=1): every contract at once."""
+    s = serve_env(bundle, {"KEV_API_KEY": KEY, "KEV_TRUNCATE_STATES": "1", "KEV_DATE_FACTS": "1"})
+    try:
+        for i, req in enumerate(REPLAY):
+            status, hdrs, err = post(s, "/v1/systemone", req, {"x-typesafe-request-id": f"c-{i}"})
+            assert status == 401 and hdrs["www-authenticate"] == "Bearer" and hdrs["x-typesafe-request-id"] == f"c-{i}"
+            status, hdrs, got = post(s, "/v1/systemone", req, {"Authorization": f"Bearer {KEY}",
+                                                                 "x-typesafe-request-id": f"c-{i}",
+                                                                 "Origin": "https://frontend.example"})
+            assert status == 200, got
+            assert hdrs["x-typesafe-request-id"] == f"c-{i}" and TIMING_RE.match(hdrs["server-timing"])
+            assert hdrs["access-control-allow-origin"] == "*"
+            assert got["model"] == req.get("model", "kev-latest")
+            assert list(got) == ["model", "answers", "usage", "latency_ms", "truncated"] and got["truncated"] is False
+            assert got["usage"]["state_tokens"] == got["usage"]["state_tokens_used"]
+            assert got["usage"]["output_tokens"] == tokens_of(bundle, json.dumps(got["answers"]))
+            # Same answers as the plain server given the state Python's date rule makes.
+            want = score(server, {**req, "state": py_with_date_facts(req["state"])})
+            assert got["answers"] == want["answers"] and got["usage"]["input_tokens"] == want["usage"]["input_tokens"]
+        models = s.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})[2]["models"]
+        assert [m["name"] for m in models] == ["kev-latest", "jev-latest"] and models[0]["truncate_states"] is True
+        assert KEY not in s.stderr()
+    finally:
+        s.close()

@@ -24,6 +24,10 @@
 // Origin gets Access-Control-Allow-Origin "*" (its origin and Vary: Origin when it carries a
 // Cookie) and Access-Control-Expose-Headers "x-typesafe-request-id, server-timing".
 //
+// Auth (ServeOptions::api_key set): a path starting with /v1 without "Authorization: Bearer
+// <key>" gets 401 + WWW-Authenticate: Bearer, before routing (upstream); /health* and CORS
+// preflights stay open.
+//
 // Contract: every error is {"detail": msg}, valid UTF-8 JSON whatever the client sent (paths,
 // methods and model names are shown as printable ASCII, other bytes as %XX):
 // 400 malformed JSON or HTTP framing (the connection is then closed), 413 body over max_body
