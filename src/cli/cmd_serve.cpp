@@ -1,8 +1,9 @@
 // `kev serve`: the HTTP API (POST /v1/systemone[/permute|/separate], GET /health[/live|/ready],
-// GET /v1/models; docs/api.md) over a bundle. Listens first, then loads the bundle (a balancer sees
-// "loading"), then prints one JSON line {"listening": "http://HOST:PORT", "model": NAME} on stdout.
-// SIGINT/SIGTERM: not ready at once, keep serving for --drain-delay seconds, then stop accepting,
-// answer every accepted request and exit 0; further signals change nothing.
+// GET /v1/models, GET /metrics, GET /openapi.json; docs/api.md) over a bundle. Listens first, then
+// loads the bundle (a balancer sees "loading"), then prints one JSON line {"listening":
+// "http://HOST:PORT", "model": NAME} on stdout. SIGINT/SIGTERM: not ready at once, keep serving
+// for --drain-delay seconds, then stop accepting, answer every accepted request and exit 0;
+// further signals change nothing.
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -26,6 +27,7 @@ struct ServeCliOptions {
   ServeOptions serve;
   ScorerOptions scorer;
   double drain_delay_s = 0;
+  std::string log_format = "text";
   bool quiet = false;
   std::string api_key_file;
 };
@@ -102,6 +104,7 @@ int run_serve(ServeCliOptions& o) {
   if (!(o.drain_delay_s >= 0 && o.drain_delay_s <= 3600))
     fail(ErrorKind::kBadInput, "--drain-delay must be between 0 and 3600 seconds");
   o.serve.log_requests = !o.quiet;
+  o.serve.log_format = o.log_format == "json" ? LogFormat::kJson : LogFormat::kText;
   std::optional<Scorer> scorer;  // outlives the server, which answers from it until wait()
   // The request log goes to stderr: if that is a pipe whose reader has gone, a write must fail
   // (EPIPE), not kill the server mid-request. Sockets already write with MSG_NOSIGNAL.
@@ -183,6 +186,12 @@ const bool registered = register_command(
       app.add_option("--max-json-depth", o->serve.json.max_depth,
                      "deepest JSON nesting in a request, else 422 (default 64)")
           ->check(CLI::Range(1, kMaxJsonDepthLimit));
+      app.add_option(
+             "--log-format", o->log_format,
+             "request log on stderr: text (one \"kev serve: METHOD PATH STATUS N ms\" line, "
+             "the default) or json (one JSON object a line with request id, tokens, queue "
+             "wait; docs/serving.md)")
+          ->check(CLI::IsMember({"text", "json"}));
       app.add_option("--drain-delay", o->drain_delay_s,
                      "after SIGTERM, seconds to keep serving while not ready (default 0)");
       app.add_option("--api-key-file", o->api_key_file,

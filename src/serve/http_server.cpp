@@ -24,7 +24,6 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <random>
 #include <thread>
 #include <unordered_set>
 #include <variant>
@@ -33,6 +32,9 @@
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
+#include "kev/serve/metrics.h"
+#include "kev/serve/openapi.h"
+#include "kev/serve/request_id.h"
 #include "kev/text/date_facts.h"
 
 namespace kev {
@@ -48,7 +50,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kModelNames[] = {"kev-latest", "jev-latest"};
 // Starlette's CORSMiddleware with allow_methods=["*"] (upstream kev/serve.py).
 constexpr const char* kCorsMethods[] = {"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"};
-constexpr size_t kMaxRequestId = 128;     // a longer or non-printable client id is replaced
 constexpr size_t kLingerBytes = 1 << 20;  // discarded after an error reply before closing
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr size_t kExtraRejecting = 64;  // connections answered 503 beyond max_connections
@@ -72,16 +73,25 @@ std::string printable(std::string_view s, size_t max = 256) {
   return out;
 }
 
+// What a scored request cost, for its log line.
+struct Scored {
+  ScoreUsage usage;
+  size_t questions = 0;
+  size_t batch = 1;  // requests in the model pass that scored it
+};
+
 struct Reply {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;  // extra fields, in order
-  bool preflight = false;  // a CORS preflight answer: carries its own Access-Control-* fields
+  bool preflight = false;        // a CORS preflight answer: carries its own Access-Control-* fields
+  std::optional<Scored> scored;  // a 200 from POST /v1/systemone
   bool retry_after = false;
   std::string allow;
   bool close = false;      // framing can no longer be trusted: close after this reply
   bool cancelled = false;  // the client reset the connection: no reply, close
+  double queue_ms = -1;    // time the request waited for a scoring slot (< 0: not queued)
 };
 
 Reply json_reply(int status, const OrderedJson& body) {
@@ -104,6 +114,7 @@ enum class Endpoint { kSystemOne, kPermute, kSeparate };
 // One POST /v1/systemone[/permute|/separate] in the admission queue.
 struct ScoreTask {
   Endpoint endpoint = Endpoint::kSystemOne;
+  Clock::time_point queued_at;
   std::shared_ptr<const std::string> body;
   int fd = -1;  // the client's socket, polled for a reset (peer_reset)
   // On a worker thread, with the task's reply (or cancelled); returns what sends it, to be run
@@ -259,6 +270,8 @@ std::string_view trim(std::string_view s) {
 
 enum class Lifecycle { kLoading, kReady, kDraining };
 
+std::vector<std::string> route_names();  // the paths of kRoutes (below), for metric labels
+
 bool printable_ascii(std::string_view s) {
   for (unsigned char c : s)
     if (c < 0x20 || c > 0x7e) return false;
@@ -286,6 +299,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread io_thread;
   Admission admission;
+  mutable ServeMetrics metrics{route_names()};  // thread-safe (atomic counters)
+  const std::string openapi = openapi_document();
+  Clock::time_point started_at = Clock::now();  // start(): model load time is measured from it
   std::atomic<Lifecycle> lifecycle{Lifecycle::kLoading};
   std::atomic<const Scorer*> scorer{nullptr};
   BundleInfo bundle;  // written before scorer is published, read after it is seen
@@ -303,15 +319,6 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   mutable std::atomic<uint64_t> passes{0}, batched{0};
   mutable std::atomic<size_t> largest_batch{0};
   asio::steady_timer accept_retry{io};
-  std::mt19937_64 ids{std::random_device{}()};  // request ids (uuid4 hex)
-
-  // uuid.uuid4().hex: 32 lowercase hex digits, version 4, RFC 4122 variant.
-  std::string new_request_id() {
-    uint64_t hi = ids(), lo = ids();
-    hi = (hi & ~0xF000ULL) | 0x4000ULL;
-    lo = (lo & ~(0xC000ULL << 48)) | (0x8000ULL << 48);
-    return fmt::format("{:016x}{:016x}", hi, lo);
-  }
 
   explicit Impl(ServeOptions o)
       : options(std::move(o)),
@@ -339,6 +346,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     batched.fetch_add(requests);
     for (size_t was = largest_batch.load(); was < requests;)
       if (largest_batch.compare_exchange_weak(was, requests)) break;
+    metrics.batch(requests);
     if (options.on_batch) options.on_batch(requests);
   }
 
@@ -408,6 +416,22 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   // (Scorer::score_batch: their rows in one model pass); every task gets its own reply.
   std::vector<Reply> score_batch(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const {
     std::vector<Reply> replies(tasks.size());
+    // Each task's wait in the queue ends here; recorded for /metrics and its log line.
+    std::vector<double> waited_ms(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const double waited =
+          std::chrono::duration<double>(Clock::now() - tasks[i]->queued_at).count();
+      metrics.queue_wait(waited);
+      waited_ms[i] = waited * 1000;
+    }
+    score_tasks(tasks, replies);
+    for (size_t i = 0; i < tasks.size(); ++i) replies[i].queue_ms = waited_ms[i];
+    return replies;
+  }
+
+  // score_batch's work: every task's reply in `replies`.
+  void score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& tasks,
+                   std::vector<Reply>& replies) const {
     std::vector<std::optional<ApiRequest>> requests(tasks.size());
     std::vector<ScoreJob> jobs;
     std::vector<size_t> of;  // jobs[k] is tasks[of[k]]
@@ -431,7 +455,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       jobs.push_back(ScoreJob{&*requests[i], [fd] { return peer_reset(fd); }});
       of.push_back(i);
     }
-    if (jobs.empty()) return replies;
+    if (jobs.empty()) return;
     count_pass(jobs.size());
     std::vector<ScoreOutcome> outcomes;
     try {
@@ -439,12 +463,20 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     } catch (...) {  // the batch's own bookkeeping failed (out of memory): each gets the error
       auto error = std::current_exception();
       for (size_t k = 0; k < jobs.size(); ++k) replies[of[k]] = error_reply(error, jobs[k].gone);
-      return replies;
+      return;
     }
-    for (size_t k = 0; k < jobs.size(); ++k)
-      replies[of[k]] = outcomes[k].error ? error_reply(outcomes[k].error, jobs[k].gone)
-                                         : json_reply(200, outcomes[k].result.response);
-    return replies;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      if (outcomes[k].error) {
+        replies[of[k]] = error_reply(outcomes[k].error, jobs[k].gone);
+        continue;
+      }
+      const ScoreUsage& u = outcomes[k].result.usage;
+      const size_t questions = jobs[k].request->questions.size();
+      metrics.scored(u.state_tokens, u.input_tokens - u.state_tokens, questions,
+                     u.cached_tokens > 0);
+      Reply& r = replies[of[k]] = json_reply(200, outcomes[k].result.response);
+      r.scored = Scored{u, questions, jobs.size()};
+    }
   }
 
   OrderedJson health() const {
@@ -479,6 +511,27 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     if (l == Lifecycle::kReady) return json_reply(200, {{"status", "ready"}, {"model", model}});
     Reply r = json_reply(503, {{"status", l == Lifecycle::kLoading ? "loading" : "draining"}});
     r.retry_after = true;
+    return r;
+  }
+
+  static const char* lifecycle_name(Lifecycle l) {
+    return l == Lifecycle::kReady ? "ready" : l == Lifecycle::kLoading ? "loading" : "draining";
+  }
+
+  // On the I/O thread (connections is read here).
+  Reply metrics_reply() const {
+    MetricsSnapshot now;
+    std::tie(now.inflight, now.queued) = admission.counts();
+    now.connections = connections.size();
+    now.lifecycle = lifecycle_name(lifecycle.load());
+    if (const Scorer* s = scorer.load()) {
+      const auto& c = s->cache();
+      now.cache =
+          MetricsSnapshot::Cache{c.entries(), c.tokens(), c.hits(), c.misses(), c.evictions()};
+    }
+    Reply r;
+    r.body = metrics.render(now);
+    r.content_type = kMetricsContentType;
     return r;
   }
 
@@ -555,13 +608,36 @@ struct Route {
   const char* path;
   http::verb method;
 };
+// One route a line (clang-format would fill columns).
+// clang-format off
 constexpr Route kRoutes[] = {{"/v1/systemone", http::verb::post},
                              {"/v1/systemone/permute", http::verb::post},
                              {"/v1/systemone/separate", http::verb::post},
                              {"/health", http::verb::get},
                              {"/health/live", http::verb::get},
                              {"/health/ready", http::verb::get},
-                             {"/v1/models", http::verb::get}};
+                             {"/v1/models", http::verb::get},
+                             {"/metrics", http::verb::get},
+                             {"/openapi.json", http::verb::get}};
+// clang-format on
+
+std::vector<std::string> route_names() {
+  std::vector<std::string> out;
+  for (const Route& r : kRoutes) out.emplace_back(r.path);
+  return out;
+}
+
+// ISO 8601 UTC with milliseconds, for the JSON request log.
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+}
 
 }  // namespace
 
@@ -573,7 +649,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : srv_(std::move(server)),
         stream_(std::move(socket)),
         buffer_(srv_->options.max_header_bytes + 65536),
-        reject_(reject) {}
+        reject_(reject),
+        route_(srv_->metrics.other()) {}
 
   void start() {
     if (reject_) {
@@ -630,9 +707,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     method_.clear();  // (not = "-": GCC 12 raises a false -Wrestrict on that)
     path_.clear();
     request_id_.clear();
+    route_ = srv_->metrics.other();
+    scored_.reset();
+    queue_ms_ = -1;
     origin_.reset();
     cookie_ = false;
     logged_ = false;
+    counted_ = false;
     // One deadline for the whole request, headers and body: a client trickling bytes cannot
     // extend it (Beast's timer is absolute across the reads below).
     stream_.expires_after(seconds(opt().request_timeout_s));
@@ -673,11 +754,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
         printable(std::string_view(req.method_string().data(), req.method_string().size()), 32);
     const std::string_view target(req.target().data(), req.target().size());
     path_ = printable(target);
-    // x-typesafe-request-id: the client's, echoed when sane, else a fresh one in send().
-    if (auto id = req.find("x-typesafe-request-id"); id != req.end()) {
-      const std::string_view v(id->value().data(), id->value().size());
-      if (!v.empty() && v.size() <= kMaxRequestId && printable_ascii(v)) request_id_ = v;
-    }
+    route_ = srv_->metrics.route(target.substr(0, target.find('?')));
+    // x-typesafe-request-id: the client's, echoed when sane, else a fresh one (request_id.h).
+    auto id = req.find(kRequestIdHeader);
+    request_id_ =
+        request_id(id == req.end() ? std::string_view()
+                                   : std::string_view(id->value().data(), id->value().size()));
     if (auto o = req.find(http::field::origin); o != req.end())
       origin_ = std::string(o->value().data(), o->value().size());
     cookie_ = req.find(http::field::cookie) != req.end();
@@ -810,6 +892,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (p == "/health/live") return send(json_reply(200, {{"status", "live"}}));
     if (p == "/health/ready") return send(srv_->ready_reply());
     if (p == "/health") return send(json_reply(200, srv_->health()));
+    if (p == "/metrics") return send(srv_->metrics_reply());
+    if (p == "/openapi.json") {
+      Reply r;
+      r.body = srv_->openapi;
+      return send(std::move(r));
+    }
     if (!srv_->scorer.load()) return send(detail(503, "the model is still loading; retry later"));
     if (p == "/v1/models") return send(json_reply(200, srv_->models()));
 
@@ -829,17 +917,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     task->body = body;
     task->fd = fd;
     task->endpoint = endpoint;
+    task->queued_at = Clock::now();
     task->reply = [self, &io](Reply r) -> std::function<void()> {
       auto reply = std::make_shared<Reply>(std::move(r));
       return [self, reply, &io] {
         asio::post(io, [self, reply] {
+          self->queue_ms_ = reply->queue_ms;
           if (reply->cancelled) return self->cancelled();
           self->send(std::move(*reply));
         });
       };
     };
-    bool queued = srv_->admission.submit(std::move(task), [self, &io, wait_s] {
-      asio::post(io, [self, wait_s] {
+    const Clock::time_point queued_at = task->queued_at;
+    bool queued = srv_->admission.submit(std::move(task), [self, &io, wait_s, queued_at] {
+      const double waited = std::chrono::duration<double>(Clock::now() - queued_at).count();
+      self->srv_->metrics.queue_wait(waited);
+      asio::post(io, [self, wait_s, waited] {
+        self->queue_ms_ = waited * 1000;
         self->send(detail(
             503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
       });
@@ -867,6 +961,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     phase_ = Phase::kWriting;
     ++served_;
     status_ = r.status;
+    scored_ = r.scored;
+    count(r.status);
     const unsigned version =
         parser_ && parser_->is_header_done() && parser_->get().version() == 10 ? 10 : 11;
     auto res = std::make_shared<http::response<http::string_body>>(
@@ -884,8 +980,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (echo) res->set(http::field::vary, "Origin");
     }
     // Upstream's typesafe middleware, on every response.
-    if (request_id_.empty()) request_id_ = srv_->new_request_id();  // kept for this request's log
-    res->set("x-typesafe-request-id", request_id_);
+    if (request_id_.empty()) request_id_ = new_request_id();  // kept for this request's log
+    res->set(kRequestIdHeader, request_id_);
     res->set("server-timing",
              fmt::format("app;dur={:.1f}",
                          std::chrono::duration<double, std::milli>(Clock::now() - start_).count()));
@@ -926,12 +1022,49 @@ class Connection : public std::enable_shared_from_this<Connection> {
                             });
   }
 
+  // Metrics: once per request, when its reply is ready (or it is given up: 408, 499).
+  void count(int status) {
+    if (counted_) return;
+    counted_ = true;
+    srv_->metrics.request(route_, status,
+                          std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+
+  // After the reply is written (or the request is given up): one line on stderr.
   void log(int status) {
+    count(status);
     if (!opt().log_requests || logged_) return;
     logged_ = true;
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
-    std::fprintf(stderr, "kev serve: %s %s %d %.1f ms\n", method_.empty() ? "-" : method_.c_str(),
-                 path_.empty() ? "-" : path_.c_str(), status, ms);
+    if (opt().log_format == LogFormat::kText) {
+      std::fprintf(stderr, "kev serve: %s %s %d %.1f ms\n", method_.empty() ? "-" : method_.c_str(),
+                   path_.empty() ? "-" : path_.c_str(), status, ms);
+      return;
+    }
+    if (request_id_.empty()) request_id_ = new_request_id();  // the request line was never read
+    auto or_null = [](bool known, auto value) {
+      return known ? OrderedJson(value) : OrderedJson();
+    };
+    const bool scored = scored_.has_value();
+    const ScoreUsage u = scored ? scored_->usage : ScoreUsage{};
+    OrderedJson line = {{"ts", utc_now()},
+                        {"request_id", request_id_},
+                        {"method", method_.empty() ? OrderedJson() : OrderedJson(method_)},
+                        {"path", path_.empty() ? OrderedJson() : OrderedJson(path_)},
+                        {"route", srv_->metrics.route_name(route_)},
+                        {"status", status},
+                        {"duration_ms", python_round(ms, 3)},
+                        {"queue_ms", or_null(queue_ms_ >= 0, python_round(queue_ms_, 3))},
+                        {"input_tokens", or_null(scored, u.input_tokens)},
+                        {"state_tokens", or_null(scored, u.state_tokens)},
+                        {"row_tokens", or_null(scored, u.input_tokens - u.state_tokens)},
+                        {"cached", or_null(scored, u.cached_tokens > 0)},
+                        {"truncated", or_null(scored, u.truncated)},
+                        {"questions", or_null(scored, scored ? scored_->questions : 0)},
+                        {"batch", or_null(scored, scored ? scored_->batch : 0)}};
+    // Every string above is printable ASCII already; replace guards the line regardless.
+    const std::string text = line.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+    std::fprintf(stderr, "%s\n", text.c_str());
   }
 
  public:
@@ -956,11 +1089,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Phase phase_ = Phase::kIdle;
   Clock::time_point start_ = Clock::now();
   std::string method_, path_;  // printable; empty until the request line is parsed
-  std::string request_id_;     // the client's x-typesafe-request-id when sane, else the reply's own
+  std::string request_id_;     // the client's x-typesafe-request-id when sane, else generated
+  size_t route_;               // metrics label index (other() until a request line is read)
+  std::optional<Scored> scored_;
+  double queue_ms_ = -1;               // time in the scoring queue; < 0: never queued
   std::optional<std::string> origin_;  // the request's Origin header
   bool cookie_ = false;                // the request carries a Cookie header
   int status_ = 0;
-  bool logged_ = false;
+  bool logged_ = false, counted_ = false;
   size_t discarded_ = 0;
   size_t reserved_ = 0;  // of srv_->body_bytes
   size_t served_ = 0;    // replies sent on this connection
@@ -1107,6 +1243,7 @@ void HttpServer::start() {
   Impl& s = *impl_;
   if (s.started) return;
   s.started = true;
+  s.started_at = Clock::now();
   s.guard.emplace(s.io.get_executor());
   s.admission.start([&s](const std::vector<std::shared_ptr<ScoreTask>>& tasks) {
     std::vector<Reply> replies;
@@ -1136,6 +1273,8 @@ void HttpServer::start() {
 }
 
 void HttpServer::set_ready(const Scorer& scorer, BundleInfo bundle) {
+  impl_->metrics.model_loaded(
+      std::chrono::duration<double>(Clock::now() - impl_->started_at).count());
   impl_->bundle = std::move(bundle);
   impl_->scorer.store(&scorer);
   Lifecycle expected = Lifecycle::kLoading;

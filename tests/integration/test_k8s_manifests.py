@@ -99,6 +99,11 @@ def test_manifests_match_the_server(docs):
     assert docs["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= drain + timeout_server
     hpa = docs["HorizontalPodAutoscaler"]["spec"]
     assert hpa["scaleTargetRef"]["name"] == docs["Deployment"]["metadata"]["name"]
+    # Prometheus scrapes the server's own /metrics on its port; the HPA reads a metric it exports.
+    notes = docs["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert notes["prometheus.io/scrape"] == "true" and notes["prometheus.io/path"] == "/metrics"
+    assert int(notes["prometheus.io/port"]) == port
+    assert [m["pods"]["metric"]["name"] for m in hpa["metrics"]] == ["kev_queue_depth"]
 
 
 def test_the_container_arguments_start_a_real_server(docs, tmp_path):
@@ -116,6 +121,8 @@ def test_the_container_arguments_start_a_real_server(docs, tmp_path):
         url = json.loads(line)["listening"]
         with urllib.request.urlopen(url + "/health/ready", timeout=30) as r:
             assert r.status == 200 and json.load(r)["status"] == "ready"
+        with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+            assert r.status == 200 and b"\nkev_queue_depth 0\n" in r.read()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:

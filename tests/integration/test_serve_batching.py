@@ -14,7 +14,10 @@ import sys
 import threading
 import time
 
+import urllib.request
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from kevtest import ServeProcess, synth_bundle  # noqa: E402
@@ -80,6 +83,23 @@ def batches(server):
     return server.request("GET", "/health")[2]["batches"]
 
 
+def batch_size_histogram(server):
+    """(count, sum, {le: cumulative}) of /metrics' kev_batch_size, read with Prometheus' parser."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    (family,) = [f for f in text_string_to_metric_families(text) if f.name == "kev_batch_size"]
+    count = sum_ = None
+    buckets = {}
+    for smp in family.samples:
+        if smp.name.endswith("_count"):
+            count = smp.value
+        elif smp.name.endswith("_sum"):
+            sum_ = smp.value
+        elif smp.name.endswith("_bucket"):
+            buckets[float(smp.labels["le"])] = smp.value
+    return count, sum_, buckets
+
+
 def test_queued_batch_equals_one_at_a_time(servers):
     """Requests queued behind a slow one are taken as one batch (FIFO, so the cache sees them in
     the same order as the reference): cached and fresh states (one fresh state twice, so the
@@ -105,6 +125,7 @@ def test_queued_batch_equals_one_at_a_time(servers):
         ("ok", req("word " * 60, 0)),                   # fresh, longer
     ]
     before = batches(batched)
+    metrics_before = batch_size_histogram(batched)
     results = {}
 
     def send(i, body):
@@ -141,6 +162,11 @@ def test_queued_batch_equals_one_at_a_time(servers):
     assert after["passes"] == before["passes"] + 2, (before, after)  # the blocker, then one batch
     assert after["requests"] == before["requests"] + 1 + scored
     assert after["largest"] >= scored
+    # /metrics sees the same passes: one of 1 (the blocker), one of `scored` requests.
+    count, total, buckets = batch_size_histogram(batched)
+    assert count - metrics_before[0] == 2 and total - metrics_before[1] == 1 + scored
+    below = max(le for le in buckets if le < scored)
+    assert buckets[below] - metrics_before[2][below] == 1  # the blocker's pass only
     assert wait_for(lambda: "499" in batched.stderr(), timeout=10), batched.stderr()
 
     # The reference: the blocker, then every request one at a time in the same order.

@@ -12,6 +12,8 @@
 //                       (Retry-After: 1) {"status":"loading"|"draining"}
 //   GET  /v1/models     upstream's {"models":[{"name":"kev-latest","description","release_date",
 //                        ...serving details},{"name":"jev-latest",...}]}
+//   GET  /metrics       Prometheus text format 0.0.4 (kev/serve/metrics.h), open, also loading
+//   GET  /openapi.json  the OpenAPI 3.1 document of this API (kev/serve/openapi.h), open
 //   OPTIONS <any path>  with Origin and Access-Control-Request-Method: a CORS preflight, 200 "OK"
 //                       (400 "Disallowed CORS method" for a method outside DELETE GET HEAD
 //                       OPTIONS PATCH POST PUT), text/plain, as Starlette's CORSMiddleware
@@ -59,6 +61,10 @@
 
 namespace kev {
 
+// The request log on stderr: kText "kev serve: METHOD PATH STATUS N ms"; kJson one JSON object a
+// line (ts, request_id, method, path, route, status, duration_ms, queue_ms, tokens, cached, batch).
+enum class LogFormat { kText, kJson };
+
 struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8000;          // 0: any free port
@@ -75,6 +81,7 @@ struct ServeOptions {
   double idle_timeout_s = 5;      // keep-alive wait for the next request's first byte
   JsonLimits json = {.max_object_keys = 16384, .max_array_elements = 16384};
   bool log_requests = true;  // one line per request on stderr
+  LogFormat log_format = LogFormat::kText;
   // Bearer auth (upstream KEV_API_KEY): non-empty = every path starting with /v1 needs
   // "Authorization: Bearer <api_key>", else 401 + WWW-Authenticate: Bearer. /health* and CORS
   // preflights stay open. Compared as SHA-256 digests, without data-dependent branches.

@@ -75,6 +75,11 @@ class PrefixCache {
     std::lock_guard lock(mutex_);
     return misses_;
   }
+  // Entries dropped to keep within the bounds (not counting prefixes too long to cache).
+  uint64_t evictions() const {
+    std::lock_guard lock(mutex_);
+    return evictions_;
+  }
 
  private:
   struct Entry {
@@ -85,6 +90,7 @@ class PrefixCache {
     tokens_ -= lru_.back().ids.size();
     index_.erase(lru_.back().ids);
     lru_.pop_back();
+    ++evictions_;
   }
 
   size_t max_entries_, max_tokens_;
@@ -93,7 +99,7 @@ class PrefixCache {
   std::unordered_map<std::vector<int32_t>, typename std::list<Entry>::iterator, TokenIdsHash>
       index_;
   size_t tokens_ = 0;
-  uint64_t hits_ = 0, misses_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
 };
 
 }  // namespace kev

@@ -25,6 +25,7 @@ TEST(PrefixCache, HitsMissesAndLruEvictionByEntries) {
   EXPECT_EQ(cache.entries(), 2u);
   EXPECT_EQ(cache.hits(), 3u);
   EXPECT_EQ(cache.misses(), 1u);
+  EXPECT_EQ(cache.evictions(), 1u);
 }
 
 TEST(PrefixCache, BoundedByTotalTokens) {
@@ -38,6 +39,7 @@ TEST(PrefixCache, BoundedByTotalTokens) {
   cache.insert(ids(11, 300), std::make_shared<const int>(4));  // longer than the bound: skipped
   EXPECT_EQ(cache.find(ids(11, 300)), nullptr);
   EXPECT_EQ(cache.entries(), 2u);
+  EXPECT_EQ(cache.evictions(), 1u);  // a prefix too long to cache evicts nothing
 }
 
 TEST(PrefixCache, EvictedStateStaysValidForItsHolder) {
