@@ -189,29 +189,36 @@ class Admission {
       std::vector<std::shared_ptr<ScoreTask>> batch;
       std::vector<std::function<void()>> expired;
       const auto now = Clock::now();
+      // Only /v1/systemone requests share a pass: permute and separate run several passes of
+      // their own, so each is taken alone (the requests behind it stay queued, under their own
+      // deadlines, instead of waiting inside its batch).
       while (!queue_.empty() && batch.size() < max_batch_) {
         Job& job = queue_.front();
         if (now > job.deadline) {
           expired.push_back(std::move(job.expire));
-        } else {
-          batch.push_back(std::move(job.task));
+          queue_.pop_front();
+          continue;
         }
+        const bool alone = job.task->endpoint != Endpoint::kSystemOne;
+        if (!batch.empty() && (alone || batch.front()->endpoint != Endpoint::kSystemOne)) break;
+        batch.push_back(std::move(job.task));
         queue_.pop_front();
+        if (alone) break;
       }
       const size_t n = batch.size();
       inflight_ += n;
       ++busy_;
       lock.unlock();
-      for (auto& e : expired) e();
+      for (auto& e : expired) guarded("expiring a queued request", e);
       expired.clear();
       std::vector<std::function<void()>> then;
-      if (n > 0) then = runner_(batch);
+      if (n > 0) guarded("scoring a batch", [&] { then = runner_(batch); });
       batch.clear();
       lock.lock();
       inflight_ -= n;
       --busy_;
       lock.unlock();
-      for (auto& t : then) t();
+      for (auto& t : then) guarded("sending a reply", t);
       then.clear();
       lock.lock();
     }
@@ -231,9 +238,22 @@ class Admission {
       Job job = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
-      job.expire();
+      guarded("expiring a queued request", job.expire);
       job = {};
       lock.lock();
+    }
+  }
+
+  // Runs f on a worker or the sweeper; an exception (only out of memory can get here: the runner
+  // turns every scoring error into a reply) is logged instead of ending the thread.
+  template <class F>
+  static void guarded(const char* what, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kev serve: internal error while %s: %s\n", what, e.what());
+    } catch (...) {
+      std::fprintf(stderr, "kev serve: internal error while %s\n", what);
     }
   }
 
@@ -456,7 +476,6 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       of.push_back(i);
     }
     if (jobs.empty()) return;
-    count_pass(jobs.size());
     std::vector<ScoreOutcome> outcomes;
     try {
       outcomes = scorer.load()->score_batch(jobs);
@@ -465,6 +484,11 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       for (size_t k = 0; k < jobs.size(); ++k) replies[of[k]] = error_reply(error, jobs[k].gone);
       return;
     }
+    // The pass counts the requests it answered (as upstream counts batches run): a request
+    // refused in its own encoding or cancelled was not part of it.
+    size_t answered = 0;
+    for (const ScoreOutcome& o : outcomes) answered += o.error ? 0 : 1;
+    if (answered > 0) count_pass(answered);
     for (size_t k = 0; k < jobs.size(); ++k) {
       if (outcomes[k].error) {
         replies[of[k]] = error_reply(outcomes[k].error, jobs[k].gone);
@@ -475,7 +499,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       metrics.scored(u.state_tokens, u.input_tokens - u.state_tokens, questions,
                      u.cached_tokens > 0);
       Reply& r = replies[of[k]] = json_reply(200, outcomes[k].result.response);
-      r.scored = Scored{u, questions, jobs.size()};
+      r.scored = Scored{u, questions, answered};
     }
   }
 
@@ -1246,13 +1270,16 @@ void HttpServer::start() {
   s.started_at = Clock::now();
   s.guard.emplace(s.io.get_executor());
   s.admission.start([&s](const std::vector<std::shared_ptr<ScoreTask>>& tasks) {
+    // Made before scoring, so that the out-of-memory fallback allocates nothing new per task.
+    const Reply out_of_memory = detail(503, "out of memory while scoring; retry later");
+    std::vector<std::function<void()>> then;
+    then.reserve(tasks.size());
     std::vector<Reply> replies;
     try {
       replies = s.score_batch(tasks);
     } catch (...) {  // only the batch's own bookkeeping can throw here (out of memory)
-      replies.assign(tasks.size(), detail(503, "out of memory while scoring; retry later"));
+      replies.assign(tasks.size(), out_of_memory);
     }
-    std::vector<std::function<void()>> then;
     for (size_t i = 0; i < tasks.size(); ++i)
       then.push_back(tasks[i]->reply(std::move(replies[i])));
     return then;

@@ -17,7 +17,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import ServeProcess, free_port, raw_exchange, synth_bundle  # noqa: E402
+from kevtest import ServeProcess, fifo_bundle, free_port, raw_exchange, synth_bundle  # noqa: E402
 
 parser = pytest.importorskip("prometheus_client.parser",
                              reason="python3-prometheus-client is not installed (scripts/setup.sh)")
@@ -157,12 +157,7 @@ def test_metrics_count_exactly_what_was_done(bundle):
 
 def test_metrics_answer_while_loading(bundle, tmp_path):
     # A bundle whose manifest is a FIFO: loading blocks on it until the test opens it.
-    slow = tmp_path / "slow_bundle"
-    slow.mkdir()
-    for name in os.listdir(bundle):
-        if name != "kev_export.json":
-            os.symlink(os.path.join(bundle, name), slow / name)
-    os.mkfifo(slow / "kev_export.json")
+    slow = fifo_bundle(bundle, tmp_path)
     s = ServeProcess(str(slow), port=free_port(), wait_listening=False)
     try:
         deadline = time.monotonic() + 30

@@ -21,7 +21,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import SOURCE_DIR, ServeProcess, free_port, raw_exchange, synth_bundle  # noqa: E402
+from kevtest import SOURCE_DIR, ServeProcess, fifo_bundle, free_port, raw_exchange, synth_bundle  # noqa: E402
 
 VALIDATOR_DIR = os.path.join(SOURCE_DIR, "tests", "openapi")
 DOC_SOURCE = os.path.join(SOURCE_DIR, "src", "serve", "openapi.json")
@@ -182,12 +182,7 @@ def test_loading_and_busy_responses_match_the_document(bundle, served, tmp_path)
     _, doc = served
     xs = []
     # Loading: a bundle whose manifest is a FIFO blocks loading until the test opens it.
-    slow = tmp_path / "slow_bundle"
-    slow.mkdir()
-    for name in os.listdir(bundle):
-        if name != "kev_export.json":
-            os.symlink(os.path.join(bundle, name), slow / name)
-    os.mkfifo(slow / "kev_export.json")
+    slow = fifo_bundle(bundle, tmp_path)
     s = ServeProcess(str(slow), port=free_port(), wait_listening=False)
     try:
         deadline = time.monotonic() + 30

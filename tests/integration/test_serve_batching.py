@@ -158,7 +158,8 @@ def test_queued_batch_equals_one_at_a_time(servers):
     assert not any(t.is_alive() for t in threads)
 
     after = batches(batched)
-    scored = sum(1 for kind, _ in items if kind in ("ok", "fail"))  # what reaches the scorer
+    # A pass counts the requests it answered: not the 422s refused in their own encoding.
+    scored = sum(1 for kind, _ in items if kind == "ok")
     assert after["passes"] == before["passes"] + 2, (before, after)  # the blocker, then one batch
     assert after["requests"] == before["requests"] + 1 + scored
     assert after["largest"] >= scored
@@ -180,6 +181,39 @@ def test_queued_batch_equals_one_at_a_time(servers):
         assert (got[0] == 200) == (kind == "ok"), (i, got)
     cached = [results[i][2]["usage"]["cached_tokens"] > 0 for i, (k, _) in enumerate(items) if k == "ok"]
     assert cached == [True, False, True, False, True, True, False, False], cached
+
+
+def test_permute_is_never_batched_with_other_requests(servers):
+    """A permute request runs several passes of its own: queued between /v1/systemone requests it
+    is taken alone, so the request before it is scored in its own pass and the two after it
+    share one (rather than all of them waiting inside the permute's batch)."""
+    batched, _ = servers
+    choice = {"type": "choice", "instructions": "Pick", "criteria": {"a": None, "b": None, "c": None}}
+    plain = lambda tag: {"state": f"permute neighbour {tag}", "questions": {"q": choice}}
+    permute = {"request": {"state": "permuted state", "questions": {"q": choice}}, "question": "q",
+               "n_perm": 3, "seed": 1}
+    before = batches(batched)
+    blocker = threading.Thread(target=lambda: batched.score(slow_request("pblock", questions=8)), daemon=True)
+    blocker.start()
+    assert wait_for(lambda: batched.request("GET", "/health")[2]["inflight"] == 1)
+    results, threads = {}, []
+    queue = [("/v1/systemone", plain("a")), ("/v1/systemone/permute", permute),
+             ("/v1/systemone", plain("b")), ("/v1/systemone", plain("c"))]
+    for i, (path, body) in enumerate(queue):
+        t = threading.Thread(target=lambda i=i, path=path, body=body:
+                             results.__setitem__(i, batched.request("POST", path, body)), daemon=True)
+        t.start()
+        threads.append(t)
+        assert wait_for(lambda: batched.request("GET", "/health")[2]["queued"] == i + 1), i
+    assert batched.request("GET", "/health")[2]["inflight"] == 1, "the blocker ended too soon"
+    blocker.join(timeout=120)
+    for t in threads:
+        t.join(timeout=120)
+    assert [results[i][0] for i in range(4)] == [200] * 4, results
+    after = batches(batched)
+    # blocker (1) + "a" alone (1) + the permute's 3 single-question passes + "b" and "c" together (1)
+    assert after["passes"] - before["passes"] == 6, (before, after)
+    assert after["requests"] - before["requests"] == 1 + 1 + 3 + 2, (before, after)
 
 
 def test_concurrent_clients_equal_one_at_a_time(servers):

@@ -19,7 +19,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import ServeProcess, free_port, parse_responses, raw_exchange, synth_bundle  # noqa: E402
+from kevtest import ServeProcess, fifo_bundle, free_port, parse_responses, raw_exchange, synth_bundle  # noqa: E402
 
 QUICK = {"state": "plain text state", "questions": {"q": {"type": "noul", "instructions": "Refund?"}}}
 
@@ -469,12 +469,7 @@ def test_live_ready_and_health(server):
 
 def test_loading_phase(bundle, tmp_path):
     # A bundle whose manifest is a FIFO: loading blocks on it until the test opens it.
-    slow = tmp_path / "slow_bundle"
-    slow.mkdir()
-    for name in os.listdir(bundle):
-        if name != "kev_export.json":
-            os.symlink(os.path.join(bundle, name), slow / name)
-    os.mkfifo(slow / "kev_export.json")
+    slow = fifo_bundle(bundle, tmp_path)
     port = free_port()
     s = ServeProcess(str(slow), port=port, wait_listening=False)
     try:

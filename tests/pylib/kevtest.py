@@ -5,6 +5,7 @@ length, JSON header, raw little-endian data) with torch doing the dtype work.
 """
 import json
 import os
+import pathlib
 import shutil
 import socket
 import struct
@@ -105,6 +106,18 @@ def synth_bundle(directory, *synth_args):
     run_kev("export", "--recipe", recipe, "--base", synth + "/base", "--checkpoint", synth + "/checkpoint",
             "--out", bundle, "--quiet")
     return synth, bundle
+
+
+def fifo_bundle(bundle, tmp_path):
+    """A copy of `bundle` (symlinks) whose kev_export.json is a FIFO: a server loading it blocks
+    until the test opens the FIFO for writing (a server held in its loading phase)."""
+    slow = os.path.join(str(tmp_path), "slow_bundle")
+    os.mkdir(slow)
+    for name in os.listdir(bundle):
+        if name != "kev_export.json":
+            os.symlink(os.path.join(bundle, name), os.path.join(slow, name))
+    os.mkfifo(os.path.join(slow, "kev_export.json"))
+    return pathlib.Path(slow)
 
 
 class ServeProcess:
