@@ -25,25 +25,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
+from benchlib import http_run, percentile, synth_bundle
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-
-
-def build_bundle(kev, d, shape):
-    run = lambda *a: subprocess.run([kev, *map(str, a)], check=True, capture_output=True)
-    run("synth", "--out", f"{d}/synth", "--shape", shape, "--seed", 11, "--quiet")
-    run("pin", "--base", f"{d}/synth/base", "--checkpoint", f"{d}/synth/checkpoint", "--out", f"{d}/recipe.json")
-    if shape == "0.8b":  # kev pin only knows kev-4b: restate it as the 0.8B shape (as score_bench.py)
-        with open(f"{d}/recipe.json") as f:
-            recipe = json.load(f)
-        recipe["model"], recipe["lora"]["targets"] = "kev-0.8b", 186
-        with open(f"{d}/recipe.json", "w") as f:
-            json.dump(recipe, f)
-    run("export", "--recipe", f"{d}/recipe.json", "--base", f"{d}/synth/base", "--checkpoint",
-        f"{d}/synth/checkpoint", "--out", f"{d}/bundle", "--quiet")
-    return f"{d}/bundle"
 
 
 STATES = [{"ticket": i, "text": f"customer {i} asks about order {i * 7}"} for i in range(8)]
@@ -54,11 +40,6 @@ def make_requests(n):
              "questions": {"next": {"type": "choice", "instructions": "What next?",
                                     "criteria": {"ship": "confirm", "refund": None, "wait": "later"}}}}
             for i in range(n)]
-
-
-def percentile(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def cpu_seconds(pid):
@@ -73,40 +54,6 @@ def get(port, path):
     body = json.loads(conn.getresponse().read())
     conn.close()
     return body
-
-
-def http_run(port, reqs, concurrency):
-    latencies, answers = [None] * len(reqs), [None] * len(reqs)
-    next_i, lock, errors = [0], threading.Lock(), []
-
-    def worker():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        while True:
-            with lock:
-                i = next_i[0]
-                next_i[0] += 1
-            if i >= len(reqs):
-                break
-            t = time.perf_counter()
-            conn.request("POST", "/v1/systemone", json.dumps(reqs[i]), {"Content-Type": "application/json"})
-            r = conn.getresponse()
-            body = json.loads(r.read())
-            latencies[i] = time.perf_counter() - t
-            if r.status != 200:
-                errors.append(f"status {r.status}: {body}")
-                break
-            answers[i] = (body["answers"], body["usage"])
-        conn.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    t = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=3600)
-    if errors:
-        raise RuntimeError(errors[0])
-    return len(reqs) / (time.perf_counter() - t), latencies, answers
 
 
 class Server:
@@ -125,7 +72,8 @@ class Server:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
         b0, c0 = get(self.port, "/health")["batches"], cpu_seconds(self.proc.pid)
-        rps, lat, answers = http_run(self.port, reqs, concurrency)
+        rps, lat, bodies = http_run(self.port, reqs, concurrency)
+        answers = [(b["answers"], b["usage"]) for b in bodies]
         if perf:
             perf.send_signal(signal.SIGINT)
             perf.wait(timeout=120)
@@ -156,7 +104,7 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="batch-bench-") as d:
         t = time.perf_counter()
-        bundle = a.bundle or build_bundle(a.kev, d, a.shape)
+        bundle = a.bundle or synth_bundle(a.kev, d, a.shape)
         if not a.bundle:
             print(f"bundle ({a.shape}) built in {time.perf_counter() - t:.0f} s", flush=True)
         reqs = make_requests(a.requests)

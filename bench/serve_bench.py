@@ -11,26 +11,17 @@ p50/p99 client-side latency; `kev score --jsonl` answers the same requests in on
 subtracting a one-request run). Answers over HTTP are checked equal to the JSON Lines answers.
 """
 import argparse
-import http.client
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
+from benchlib import http_run, percentile, synth_bundle
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-
-
-def build_bundle(kev, d):
-    run = lambda *a: subprocess.run([kev, *map(str, a)], check=True, capture_output=True)
-    run("synth", "--out", f"{d}/synth", "--seed", 11, "--quiet")
-    run("pin", "--base", f"{d}/synth/base", "--checkpoint", f"{d}/synth/checkpoint", "--out", f"{d}/recipe.json")
-    run("export", "--recipe", f"{d}/recipe.json", "--base", f"{d}/synth/base", "--checkpoint",
-        f"{d}/synth/checkpoint", "--out", f"{d}/bundle", "--quiet")
-    return f"{d}/bundle"
 
 
 def make_requests(n, options):
@@ -38,11 +29,6 @@ def make_requests(n, options):
              "questions": {"next": {"type": "choice", "instructions": "What next?",
                                     "criteria": {f"action {k}": f"do thing {k}" for k in range(options)}}}}
             for i in range(n)]
-
-
-def percentile(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def jsonl_rate(kev, bundle, reqs):
@@ -57,37 +43,6 @@ def jsonl_rate(kev, bundle, reqs):
     return (len(reqs) - 1) / max(1e-9, total - one), out
 
 
-def http_run(port, reqs, concurrency):
-    latencies, answers = [None] * len(reqs), [None] * len(reqs)
-    next_i, lock = [0], threading.Lock()
-
-    def worker():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-        while True:
-            with lock:
-                i = next_i[0]
-                next_i[0] += 1
-            if i >= len(reqs):
-                break
-            t = time.perf_counter()
-            conn.request("POST", "/v1/systemone", json.dumps(reqs[i]), {"Content-Type": "application/json"})
-            r = conn.getresponse()
-            body = json.loads(r.read())
-            latencies[i] = time.perf_counter() - t
-            if r.status != 200:
-                raise RuntimeError(f"status {r.status}: {body}")
-            answers[i] = body["answers"]
-        conn.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    t = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=3600)
-    return len(reqs) / (time.perf_counter() - t), latencies, answers
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kev", default=os.path.join(ROOT, "build", "release", "kev"))
@@ -97,7 +52,7 @@ def main():
     ap.add_argument("--max-inflight", type=int, default=1)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        bundle = a.bundle or build_bundle(a.kev, d)
+        bundle = a.bundle or synth_bundle(a.kev, d)
         reqs = make_requests(a.requests, a.options)
         rate, out = jsonl_rate(a.kev, bundle, reqs)
         print(f"kev score --jsonl (sequential): {rate:.1f} req/s")
@@ -108,7 +63,8 @@ def main():
             try:
                 port = int(json.loads(proc.stdout.readline())["listening"].rsplit(":", 1)[1])
                 http_run(port, reqs[:4], 1)  # warm-up (also fills the cache for those 4 states)
-                rps, lat, answers = http_run(port, reqs, c)
+                rps, lat, bodies = http_run(port, reqs, c)
+                answers = [b["answers"] for b in bodies]
                 assert all(answers[i] == out[i]["answers"] for i in range(len(reqs))), "HTTP != JSON Lines"
                 print(f"kev serve, concurrency {c} (max-inflight {a.max_inflight}): {rps:.1f} req/s, "
                       f"p50 {percentile(lat, 50) * 1e3:.1f} ms, p99 {percentile(lat, 99) * 1e3:.1f} ms")
