@@ -29,7 +29,8 @@ What it does, all at bench time and outside the repository:
    int8 vs Q8_0 when `kev forward --help` offers --precision (PAIRINGS below: extend there).
 
 Needs: cmake, ninja or make, g++, git, npm (registry access for the one `npm pack`), Debian's
-python3-torch, python3-numpy and python3-tqdm (the converter's imports).
+python3-torch, python3-numpy and python3-tqdm (the converter's imports) and GNU time: scripts/setup.sh
+installs them.
 """
 import argparse
 import json

@@ -14,6 +14,7 @@ PACKAGES=(
   libutf8proc-dev libopenblas-dev libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libmicrohttpd-dev libcpp-httplib-dev  # only for bench/http_layers (the HTTP-layer comparison)
   python3 python3-torch python3-numpy python3-pytest python3-prometheus-client nodejs npm haproxy
+  python3-tqdm time  # only for bench/llama_peer.py (llama.cpp's GGUF converter; peak RSS)
 )
 
 missing=()
