@@ -1,6 +1,7 @@
 """deploy/k8s validated without a cluster: every document against the Kubernetes API schemas
-(npm kubernetes-models + ajv, pinned in tests/k8s/package-lock.json), the validator shown to
-refuse broken copies, and the manifests checked against the server they run: probe paths,
+(npm kubernetes-models + ajv, pinned in tests/k8s/package-lock.json) and, for unknown fields,
+against the same package's API types with the TypeScript compiler (tests/k8s/validate.mjs), the
+validator shown to refuse broken copies, and the manifests checked against the server they run: probe paths,
 ports, the container's `kev serve` arguments (run for real on a synthetic bundle), and a grace
 period that covers the drain delay plus HAProxy's server timeout."""
 import glob
@@ -68,6 +69,14 @@ def container(docs):
      .__setitem__("port", {"name": "http"}), "port"),
     ("Service", lambda d: d["spec"]["ports"][0].__setitem__("port", "eighty"), "port"),
     ("HorizontalPodAutoscaler", lambda d: d["spec"].pop("scaleTargetRef"), "scaleTargetRef"),
+    # Unknown fields (the schemas allow them; the strict-field check does not), at any depth:
+    ("Deployment", lambda d: d["spec"]["template"]["spec"]["containers"][0].__setitem__(
+        "readinesProbe", d["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")), "readinesProbe"),
+    ("Deployment", lambda d: d["spec"]["template"]["spec"].__setitem__("terminationGracePeriod", 30),
+     "terminationGracePeriod"),
+    ("Service", lambda d: d["spec"]["ports"][0].__setitem__("targetport", 8000), "targetport"),
+    ("HorizontalPodAutoscaler", lambda d: d["spec"]["metrics"][0]["pods"]["target"].__setitem__("averageValues", "2"),
+     "averageValues"),
 ])
 def test_the_validator_refuses_broken_copies(docs, tmp_path, kind, mutate, needle):
     doc = json.loads(json.dumps(docs[kind]))
