@@ -1,5 +1,7 @@
 // kev cpu: what this CPU supports and which kernel variant each family runs (after KEV_ISA and the
 // per-family variables), as JSON. For bug reports, benchmarks and tests that force a path.
+// gemm_int8_kernel names the int8 mode's kernel (gemm_avx512.h); asking for it runs the AVX-512
+// start-up probe on a CPU that has that kernel.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +11,7 @@
 #include "kev/export/merge.h"
 #include "kev/head/pointer_head.h"
 #include "kev/model/gemm.h"
+#include "kev/model/gemm_avx512.h"
 #include "kev/model/gemm_int8.h"
 
 namespace {
@@ -21,10 +24,13 @@ const bool registered = kev::cli::register_command(
         nlohmann::json j = {{"supported",
                              {{"portable", true},
                               {"avx2", kev::isa_supported(Isa::kAvx2)},
-                              {"avx512", kev::isa_supported(Isa::kAvx512)}}},
+                              {"avx512", kev::isa_supported(Isa::kAvx512)},
+                              {"avx512_vnni", kev::cpu_has_avx512_vnni()},
+                              {"avx512_bf16", kev::cpu_has_avx512_bf16()}}},
                             {"kernels",
                              {{"gemm", kev::isa_name(kev::best_gemm_isa())},
                               {"gemm_int8", kev::isa_name(kev::best_int8_isa())},
+                              {"gemm_int8_kernel", kev::int8_kernel_name(kev::best_int8_kernel())},
                               {"merge", kev::isa_name(kev::merge_isa())},
                               {"head", kev::isa_name(kev::head_isa())}}}};
         std::printf("%s\n", j.dump().c_str());
