@@ -1,10 +1,10 @@
 // The few 512-bit operations the AVX-512 precision-mode kernels are written against
-// (gemm_avx512_int8.inc), in two implementations:
+// (gemm_avx512_int8.inc, gemm_avx512_bf16.inc), in two implementations:
 // - EmuOps: plain C++ following each instruction's documented semantics, lane by lane. It runs
 //   on any CPU, so a machine without AVX-512 can run the kernels' exact code path; tests check
 //   each operation against an independent scalar reference, and on AVX-512 machines the real
 //   kernels against the emulated ones.
-// - Avx512VnniOps / Avx512BwOps: the intrinsics, each function under the target
+// - Avx512VnniOps / Avx512BwOps / Avx512Bf16Ops: the intrinsics, each function under the target
 //   attribute of exactly the extensions it uses; only ever called after the CPU was checked.
 // Register view: I is 512 bits as 16 little-endian dwords (32 int16 or BF16 values, element 2i
 // in the low half of dword i), F is 16 floats.
@@ -92,6 +92,28 @@ struct EmuOps {
     for (int i = 0; i < 16; ++i) c.l[i] = std::fma(a.l[i], b.l[i], c.l[i]);
     return c;
   }
+
+  // vdpbf16ps after Intel's SDM: per lane i, srcdest += a.bf16[2i+1] * b.bf16[2i+1], then
+  // srcdest += a.bf16[2i] * b.bf16[2i], each an FP32 fused multiply-add rounded to nearest
+  // even, denormal inputs read as zero, denormal results flushed to (signed) zero, MXCSR
+  // ignored. The product of two BF16 values is exact in FP32 and fma rounds the sum once.
+  static float daz(float v) {
+    return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
+  }
+  static float bf16_at(uint32_t d, bool high) {
+    const uint32_t u = high ? (d & 0xffff0000u) : (d << 16);
+    float f;
+    std::memcpy(&f, &u, 4);
+    return daz(f);
+  }
+  static float fma_daz_ftz(float a, float b, float c) { return daz(std::fma(a, b, daz(c))); }
+  static F dpbf16(F acc, I a, I b) {
+    for (int i = 0; i < 16; ++i) {
+      float t = fma_daz_ftz(bf16_at(a.l[i], true), bf16_at(b.l[i], true), acc.l[i]);
+      acc.l[i] = fma_daz_ftz(bf16_at(a.l[i], false), bf16_at(b.l[i], false), t);
+    }
+    return acc;
+  }
 };
 
 #define KEV_OPS(features) static inline __attribute__((always_inline, target(features)))
@@ -134,6 +156,12 @@ struct Avx512VnniOps : Avx512BaseOps {
 struct Avx512BwOps : Avx512BaseOps {
   KEV_OPS("avx512f,avx512bw") I dpwssd(I acc, I a, I b) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+  }
+};
+
+struct Avx512Bf16Ops : Avx512BaseOps {
+  KEV_OPS("avx512f,avx512bf16") F dpbf16(F acc, I a, I b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
   }
 };
 

@@ -17,12 +17,14 @@ namespace kev {
 namespace {
 
 constexpr int64_t kGroup = 16;  // outputs per packed group (the Int8Matrix layout too)
+constexpr int64_t kBf16TileRows = 6;
 
 // One kernel body per implementation of the vector operations. Only the real instantiations
 // carry target attributes, so the emulation's plain C++ can never be compiled into AVX-512 code.
 namespace emu {
 using V = avx512::EmuOps;
 #define KEV_TARGET
+#include "model/gemm_avx512_bf16.inc"
 #include "model/gemm_avx512_int8.inc"
 #undef KEV_TARGET
 }  // namespace emu
@@ -40,6 +42,13 @@ using V = avx512::Avx512BwOps;
 #include "model/gemm_avx512_int8.inc"
 #undef KEV_TARGET
 }  // namespace bw
+
+namespace bf16 {
+using V = avx512::Avx512Bf16Ops;
+#define KEV_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#include "model/gemm_avx512_bf16.inc"
+#undef KEV_TARGET
+}  // namespace bf16
 
 std::mutex note_mutex;
 std::string probe_note;
@@ -61,8 +70,8 @@ struct Lcg {
   }
 };
 
-// Shapes with a K tail (cols % 32), an output tail (a lone and a partial group) and a row tail
-// (7 = 6 + 1), plus blocks at the quantization range's ends.
+// Shapes with a K tail (cols % 32, odd cols), an output tail (a lone and a partial group) and a
+// row tail (7 = 6 + 1), plus blocks at the quantization range's ends.
 constexpr int64_t kProbeRows = 7, kProbeCols = 99, kProbeOut = 72;
 
 struct ProbeProblem {
@@ -102,7 +111,40 @@ bool probe_int8(Int8Kernel k) {
   return true;
 }
 
-// KEV_AVX512_EMULATE=1 (for tests on machines without AVX-512): the int8 mode dispatches
+// The real bf16 variant passes when every output is within gemm_avx512.h's bound of a float64
+// evaluation of the same BF16 operands (the inputs hold no denormals).
+bool probe_bf16() {
+  const ProbeProblem p;
+  const Bf16PairMatrix pm = pack_bf16_pairs(p.matrix(), 1);
+  std::vector<float> got(kProbeRows * kProbeOut, NAN);
+  gemm_bf16_pairs(Bf16Kernel::kAvx512Bf16, p.x.data(), kProbeRows, kProbeCols, pm, got.data(),
+                  kProbeOut, 1);
+  for (int64_t m = 0; m < kProbeRows; ++m)
+    for (int64_t n = 0; n < kProbeOut; ++n) {
+      double sum = 0.0, mag = 0.0;
+      for (int64_t k = 0; k < kProbeCols; ++k) {
+        const double t = static_cast<double>(bf16_to_f32(f32_to_bf16(p.x[m * kProbeCols + k]))) *
+                         static_cast<double>(bf16_to_f32(p.w[n * kProbeCols + k]));
+        sum += t;
+        mag += std::fabs(t);
+      }
+      const double y = got[static_cast<size_t>(m * kProbeOut + n)];
+      const double bound = static_cast<double>(kProbeCols) * std::ldexp(1.0, -24) * mag * 1.01;
+      if (!(std::fabs(y - sum) <= bound)) {
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "the avx512bf16 kernel is outside its error bound on its start-up probe "
+                      "(row %lld, output %lld: %.9g, float64 %.9g, bound %.3g); using the avx2 "
+                      "bf16 path for this process",
+                      static_cast<long long>(m), static_cast<long long>(n), y, sum, bound);
+        report_probe_failure(line);
+        return false;
+      }
+    }
+  return true;
+}
+
+// KEV_AVX512_EMULATE=1 (for tests on machines without AVX-512): the int8 and bf16 modes dispatch
 // to the emulated AVX-512 kernels, unless KEV_GEMM_ISA / KEV_ISA cap the level below avx512.
 bool emulate_avx512() {
   const char* v = std::getenv("KEV_AVX512_EMULATE");
@@ -192,6 +234,89 @@ Int8Kernel best_int8_kernel() {
 void int8_range_avx512(Int8Kernel k, const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                        const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   range_int8(k, xq, kp, sx, rows, w, y, ldy, g0, g1);
+}
+
+// ---- bf16 ----
+const char* bf16_kernel_name(Bf16Kernel k) {
+  switch (k) {
+    case Bf16Kernel::kAvx512Bf16:
+      return "avx512bf16";
+    case Bf16Kernel::kAvx512Emulated:
+      return "avx512bf16-emulated";
+    default:
+      return "none";
+  }
+}
+
+bool bf16_kernel_supported(Bf16Kernel k) {
+  return k != Bf16Kernel::kAvx512Bf16 || cpu_has_avx512_bf16();
+}
+
+Bf16Kernel best_bf16_kernel() {
+  static const Bf16Kernel k = [] {
+    if (emulate_avx512()) return Bf16Kernel::kAvx512Emulated;
+    if (dispatch_isa("KEV_GEMM_ISA") != Isa::kAvx512 || !cpu_has_avx512_bf16())
+      return Bf16Kernel::kNone;
+    return probe_bf16() ? Bf16Kernel::kAvx512Bf16 : Bf16Kernel::kNone;
+  }();
+  return k;
+}
+
+Bf16PairMatrix pack_bf16_pairs(const Bf16Matrix& m, size_t threads) {
+  Bf16PairMatrix p;
+  p.rows = m.rows;
+  p.cols = m.cols;
+  p.pairs = (m.cols + 1) / 2;
+  p.groups = (m.rows + kGroup - 1) / kGroup;
+  p.w.assign(static_cast<size_t>(p.groups * p.pairs * kGroup * 2), 0);
+  parallel_for(
+      static_cast<size_t>(p.groups),
+      [&](size_t gi) {
+        const int64_t g = static_cast<int64_t>(gi);
+        for (int64_t j = 0; j < kGroup && g * kGroup + j < m.rows; ++j) {
+          const uint16_t* src = m.data + (g * kGroup + j) * m.cols;
+          uint16_t* dst = p.w.data() + (g * p.pairs * kGroup + j) * 2;
+          for (int64_t k = 0; k < m.cols; ++k)  // the mapping may be unaligned
+            std::memcpy(dst + (k / 2) * kGroup * 2 + k % 2, src + k, 2);
+        }
+      },
+      threads == 0 ? default_workers() : threads);
+  return p;
+}
+
+void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
+                     const Bf16PairMatrix& w, float* y, int64_t ldy, size_t threads) {
+  if (k == Bf16Kernel::kNone || !bf16_kernel_supported(k))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} bf16 kernel", bf16_kernel_name(k));
+  if (rows <= 0 || w.rows <= 0) return;
+  if (threads == 0) threads = default_workers();
+  const int64_t ldxq = w.pairs * 2;
+  const int64_t rows_padded = (rows + kBf16TileRows - 1) / kBf16TileRows * kBf16TileRows;
+  thread_local std::vector<uint16_t> tl;
+  std::vector<uint16_t>& xq = tl;  // the workers must see this thread's buffer, not their own
+  xq.assign(static_cast<size_t>(rows_padded * ldxq), 0);
+  parallel_for(
+      static_cast<size_t>(rows),
+      [&](size_t r) {
+        const float* src = x + static_cast<int64_t>(r) * ldx;
+        uint16_t* dst = xq.data() + static_cast<int64_t>(r) * ldxq;
+        for (int64_t i = 0; i < w.cols; ++i) dst[i] = f32_to_bf16(src[i]);
+      },
+      threads);
+  // Output groups in chunks, more chunks than threads so uneven cores finish together.
+  const int64_t chunks = static_cast<int64_t>(threads) * 4;
+  const int64_t per = std::max<int64_t>(1, (w.groups + chunks - 1) / chunks);
+  const int64_t count = (w.groups + per - 1) / per;
+  parallel_for(
+      static_cast<size_t>(count),
+      [&](size_t c) {
+        const int64_t g0 = static_cast<int64_t>(c) * per, g1 = std::min(w.groups, g0 + per);
+        if (k == Bf16Kernel::kAvx512Bf16)
+          bf16::bf16_range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
+        else
+          emu::bf16_range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
+      },
+      threads);
 }
 
 std::string avx512_probe_note() {
