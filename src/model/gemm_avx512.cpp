@@ -305,7 +305,8 @@ void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
       threads);
   // Output groups in chunks, more chunks than threads so uneven cores finish together.
   const int64_t chunks = static_cast<int64_t>(threads) * 4;
-  const int64_t per = std::max<int64_t>(1, (w.groups + chunks - 1) / chunks);
+  // Whole tiles of 4 groups per chunk, so only the matrix's last tile is a narrow one.
+  const int64_t per = std::max<int64_t>(4, (w.groups + chunks - 1) / chunks + 3) / 4 * 4;
   const int64_t count = (w.groups + per - 1) / per;
   parallel_for(
       static_cast<size_t>(count),
