@@ -15,11 +15,12 @@
 //   read as zero and denormal results flushed to zero (Intel SDM, VDPBF16PS). This is NOT the
 //   AVX2 bf16 mode's order (gemm.h's reduce16 of exact BF16 x BF16 products), so kAvx512Bf16's
 //   outputs differ from the AVX2 machine's in the last bits: a different mode of the same
-//   precision, held by its own tolerance (|y - y64| <= K * 2^-24 * sum |x_k w_k| against a float64
-//   evaluation of the same BF16 operands, plus the flushed denormals) and by the parity budget
-//   of docs/performance.md. It is still independent of the batch and the thread split. Weights are
-//   packed once at load time (Bf16PairMatrix, 2 bytes per weight; the caller releases the mapped
-//   BF16 pages, as int8 does).
+//   precision, held by its own tolerance (|y - y64| <= g * sum |x_k w_k|, g = (K-1)u / (1 -
+//   (K-1)u), u = 2^-24, which is <= K * 2^-24 for K <= 4096: K - 1 roundings of exact products,
+//   against a float64 evaluation of the same BF16 operands, plus the flushed denormals) and by the
+//   budget of docs/performance.md. It is still independent of the batch and the thread split.
+//   Weights are packed once at load time (Bf16PairMatrix, 2 bytes per weight; the caller releases
+//   the mapped BF16 pages, as int8 does).
 // - Emulation (k*Emulated): the same kernel body run on a tiny set of vector operations written in
 //   plain C++ after each instruction's documented semantics (src/model/avx512_ops.h); it runs on
 //   any x86-64 CPU and is what tests use on machines without AVX-512.

@@ -291,8 +291,9 @@ std::vector<float> run_bf16(const Problem& p, const Bf16PairMatrix& w, Bf16Kerne
 }
 
 // |y - y64| <= K * 2^-24 * sum |x_k w_k| with y64 the float64 sum of the same BF16 operands:
-// K roundings of an FP32 running sum (the BF16 x BF16 products are exact), none of them near
-// the denormal range with these inputs.
+// K - 1 roundings of an FP32 running sum of exact BF16 x BF16 products, whose classic bound
+// (K-1)u / (1 - (K-1)u) is below K * 2^-24 for the K <= 4096 used here; no term is near the
+// denormal range with these inputs.
 void expect_within_bound(const Problem& p, const std::vector<float>& y, const char* what) {
   for (int64_t m = 0; m < p.m; ++m)
     for (int64_t n = 0; n < p.n; ++n) {
@@ -355,7 +356,10 @@ TEST(GemmAvx512Bf16, EmulatedBatchAndThreadIndependent) {
   }
 }
 
-TEST(GemmAvx512Bf16, RealEqualsEmulated) {
+// The real kernel is held to the bound. Bitwise equality with the emulation is reported, not
+// required: the emulation models the SDM's pseudo-code, the only source available here (no
+// AVX512-BF16 hardware was), and a CPU may order or flush differently within the same bound.
+TEST(GemmAvx512Bf16, RealWithinBoundAndComparedWithEmulation) {
   if (!cpu_has_avx512_bf16())
     GTEST_SKIP() << "this CPU has no AVX512_BF16: only the emulated bf16 kernel runs here";
   if (best_bf16_kernel() != Bf16Kernel::kAvx512Bf16 &&
@@ -364,17 +368,21 @@ TEST(GemmAvx512Bf16, RealEqualsEmulated) {
     GTEST_SKIP() << "PROBE MISMATCH: " << avx512_probe_note();
   }
   unsigned seed = 110;
+  int differing = 0;
   for (int64_t k : {2, 99, 2560})
     for (int64_t n : {16, 72, 100}) {
       const Problem p = make(13, k, n, seed++);
       const Bf16PairMatrix w = pack_bf16_pairs(p.mat(), 1);
       const auto real = run_bf16(p, w, Bf16Kernel::kAvx512Bf16, 3);
       expect_within_bound(p, real, "avx512bf16");
-      // Bitwise where this CPU's vdpbf16ps is the SDM's (the emulation's model of it).
-      EXPECT_TRUE(same_bits(real, run_bf16(p, w, Bf16Kernel::kAvx512Emulated, 1)))
-          << "k " << k << " n " << n
-          << ": the real vdpbf16ps differs from the emulation's model of the SDM";
+      if (!same_bits(real, run_bf16(p, w, Bf16Kernel::kAvx512Emulated, 1))) ++differing;
     }
+  RecordProperty("shapes_differing_from_emulation", differing);
+  if (differing > 0)
+    std::fprintf(stderr,
+                 "note: this CPU's vdpbf16ps differs from the emulation's model of the SDM in %d "
+                 "of 9 shapes (within the error bound; docs/performance.md)\n",
+                 differing);
 }
 
 }  // namespace
