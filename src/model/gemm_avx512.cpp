@@ -113,12 +113,11 @@ bool probe_int8(Int8Kernel k) {
 
 // The real bf16 variant passes when every output is within gemm_avx512.h's bound of a float64
 // evaluation of the same BF16 operands (the inputs hold no denormals).
-bool probe_bf16() {
+bool probe_bf16(Bf16Kernel k) {
   const ProbeProblem p;
   const Bf16PairMatrix pm = pack_bf16_pairs(p.matrix(), 1);
   std::vector<float> got(kProbeRows * kProbeOut, NAN);
-  gemm_bf16_pairs(Bf16Kernel::kAvx512Bf16, p.x.data(), kProbeRows, kProbeCols, pm, got.data(),
-                  kProbeOut, 1);
+  gemm_bf16_pairs(k, p.x.data(), kProbeRows, kProbeCols, pm, got.data(), kProbeOut, 1);
   for (int64_t m = 0; m < kProbeRows; ++m)
     for (int64_t n = 0; n < kProbeOut; ++n) {
       double sum = 0.0, mag = 0.0;
@@ -133,10 +132,11 @@ bool probe_bf16() {
       if (!(std::fabs(y - sum) <= bound)) {
         char line[256];
         std::snprintf(line, sizeof line,
-                      "the avx512bf16 kernel is outside its error bound on its start-up probe "
+                      "the %s kernel is outside its error bound on its start-up probe "
                       "(row %lld, output %lld: %.9g, float64 %.9g, bound %.3g); using the avx2 "
                       "bf16 path for this process",
-                      static_cast<long long>(m), static_cast<long long>(n), y, sum, bound);
+                      bf16_kernel_name(k), static_cast<long long>(m), static_cast<long long>(n), y,
+                      sum, bound);
         report_probe_failure(line);
         return false;
       }
@@ -257,7 +257,7 @@ Bf16Kernel best_bf16_kernel() {
     if (emulate_avx512()) return Bf16Kernel::kAvx512Emulated;
     if (dispatch_isa("KEV_GEMM_ISA") != Isa::kAvx512 || !cpu_has_avx512_bf16())
       return Bf16Kernel::kNone;
-    return probe_bf16() ? Bf16Kernel::kAvx512Bf16 : Bf16Kernel::kNone;
+    return probe_bf16(Bf16Kernel::kAvx512Bf16) ? Bf16Kernel::kAvx512Bf16 : Bf16Kernel::kNone;
   }();
   return k;
 }
@@ -318,6 +318,13 @@ void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
           emu::bf16_range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
       },
       threads);
+}
+
+bool probe_avx512_kernel(Int8Kernel k) {
+  return probe_int8(k);
+}
+bool probe_avx512_kernel(Bf16Kernel k) {
+  return probe_bf16(k);
 }
 
 std::string avx512_probe_note() {

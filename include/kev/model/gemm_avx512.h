@@ -85,6 +85,12 @@ Bf16PairMatrix pack_bf16_pairs(const Bf16Matrix& m, size_t threads = 0);
 void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
                      const Bf16PairMatrix& w, float* y, int64_t ldy, size_t threads = 0);
 
+// Runs a kernel's start-up probe (above) now and says whether it passed (a failure is also
+// reported on stderr and in avx512_probe_note). The dispatcher runs it by itself, once per
+// process; tests call it on the emulations. The kernel must be supported.
+bool probe_avx512_kernel(Int8Kernel k);
+bool probe_avx512_kernel(Bf16Kernel k);
+
 // Why a probe turned a variant off in this process ("" if none did, or none ran yet).
 std::string avx512_probe_note();
 

@@ -243,6 +243,13 @@ TEST(GemmAvx512Int8, RealEqualsEmulatedBitwise) {
     }
 }
 
+// The probes' harness (fixed problem, comparison) accepts a correct kernel: the emulations.
+TEST(GemmAvx512Probe, PassesOnTheEmulatedKernels) {
+  EXPECT_TRUE(probe_avx512_kernel(Int8Kernel::kAvx512Emulated)) << avx512_probe_note();
+  EXPECT_TRUE(probe_avx512_kernel(Bf16Kernel::kAvx512Emulated)) << avx512_probe_note();
+  EXPECT_TRUE(probe_avx512_kernel(Int8Kernel::kPortable));
+}
+
 TEST(GemmAvx512Int8, DispatchFollowsTheIsaLevel) {
   EXPECT_EQ(int8_kernel_for(Isa::kPortable), Int8Kernel::kPortable);
   if (isa_supported(Isa::kAvx2)) {
