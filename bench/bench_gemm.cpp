@@ -2,10 +2,13 @@
 // Qwen3.5-0.8B (512-token prefill unless given), for one forced ISA, against the measured FP32
 // FMA peak of that ISA on the same cores.
 //
-// Usage: bench_gemm [--isa scalar|avx2|avx512] [--threads N] [--reps R] [--m M] [--int8]
-//                   [NAME=MxKxN ...]
+// Usage: bench_gemm [--isa scalar|avx2|avx512] [--threads N] [--reps R] [--m M]
+//                   [--int8 | --bf16-dot] [NAME=MxKxN ...]
 // --int8: gemm_int8 (weights quantized first, untimed; activation quantization timed) instead;
-// its "gflops" count 2 per multiply-add as for FP32.
+// its "gflops" count 2 per multiply-add as for FP32. The kernel line names the int8 variant
+// (e.g. avx512vnni). --bf16-dot: the AVX512-BF16 vdpbf16ps kernel of `--precision bf16`
+// (gemm_avx512.h; weights packed first, untimed; activation rounding timed); refused where the
+// CPU has none (on other CPUs the bf16 mode is the FP32 GEMM on rounded activations).
 // Default ISA: the dispatcher's (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks
 // is refused. Prints one JSON object per line: per shape the best of R timed runs.
 #include <chrono>
@@ -19,6 +22,7 @@
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
 #include "kev/model/gemm.h"
+#include "kev/model/gemm_avx512.h"
 #include "kev/model/gemm_int8.h"
 
 using namespace kev;
@@ -55,7 +59,7 @@ int main(int argc, char** argv) {
   size_t threads = default_workers();
   int reps = 5;
   int64_t m = 512;
-  bool int8 = false;
+  bool int8 = false, bf16_dot = false;
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -80,6 +84,8 @@ int main(int argc, char** argv) {
       reps = std::stoi(next());
     } else if (a == "--int8") {
       int8 = true;
+    } else if (a == "--bf16-dot") {
+      bf16_dot = true;
     } else if (a == "--m") {
       m = std::stoll(next());
     } else {
@@ -98,13 +104,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gemm: this CPU lacks %s\n", isa_name(isa));
     return 2;
   }
+  if (bf16_dot && (int8 || isa != Isa::kAvx512 || best_bf16_kernel() != Bf16Kernel::kAvx512Bf16)) {
+    std::fprintf(stderr,
+                 "bench_gemm: --bf16-dot needs the avx512bf16 kernel (an AVX512-BF16 CPU, --isa "
+                 "avx512, no --int8); `kev cpu` shows gemm_bf16_dot\n");
+    return 2;
+  }
   if (shapes.empty()) shapes = default_shapes(m);
+  const std::string kernel = int8 ? std::string("int8 ") + int8_kernel_name(int8_kernel_for(isa))
+                             : bf16_dot
+                                 ? std::string("bf16 dot ") + bf16_kernel_name(best_bf16_kernel())
+                                 : std::string("bf16-weight fp32");
 
   bench::Peak peak = bench::fma_peak_gflops(isa, threads);
   std::printf(
       "{\"isa\": \"%s\", \"kernel\": \"%s\", \"threads\": %zu, \"fma_peak_gflops\": %.2f, "
       "\"fma_peak_cpu_gflops\": %.2f}\n",
-      isa_name(isa), int8 ? "int8" : "bf16-weight fp32", threads, peak.wall, peak.cpu);
+      isa_name(isa), kernel.c_str(), threads, peak.wall, peak.cpu);
   std::fflush(stdout);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
@@ -117,9 +133,13 @@ int main(int argc, char** argv) {
     Bf16Matrix mat{w.data(), s.n, s.k};
     Int8Matrix q;
     if (int8) q = quantize_int8(mat, threads);
+    Bf16PairMatrix pairs;
+    if (bf16_dot) pairs = pack_bf16_pairs(mat, threads);
     auto run = [&] {
       if (int8)
         gemm_int8_isa(isa, x.data(), s.m, s.k, q, y.data(), s.n, threads);
+      else if (bf16_dot)
+        gemm_bf16_pairs(Bf16Kernel::kAvx512Bf16, x.data(), s.m, s.k, pairs, y.data(), s.n, threads);
       else
         gemm_bf16_isa(isa, x.data(), s.m, s.k, mat, y.data(), s.n, threads);
     };

@@ -86,6 +86,24 @@ Isa dispatch_isa(const char* family_env) {
   return static_cast<Isa>(std::min(static_cast<int>(*cap), static_cast<int>(best)));
 }
 
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = isa_supported(Isa::kAvx512) && __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = isa_supported(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
 void check_isa_environment() {
   for (const char* variable : {"KEV_ISA", "KEV_GEMM_ISA", "KEV_MERGE_ISA", "KEV_HEAD_ISA"})
     env_cap(variable);

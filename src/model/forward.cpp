@@ -25,6 +25,7 @@
 #include "kev/core/error.h"
 #include "kev/core/threads.h"
 #include "kev/model/gemm.h"
+#include "kev/model/gemm_avx512.h"
 #include "kev/model/gemm_int8.h"
 #include "kev/model/model.h"
 #include "model/vec.h"
@@ -38,6 +39,17 @@ struct Int8Weights {
     auto it = by_data.find(m.data);
     if (it == by_data.end()) fail(ErrorKind::kInternal, "projection has no int8 weights");
     return it->second;
+  }
+};
+
+// kBf16's projections for the vdpbf16ps kernel (gemm_avx512.h), keyed like Int8Weights; a
+// projection not here takes the rounding path of Runner::gemm.
+struct Bf16DotWeights {
+  Bf16Kernel kernel = Bf16Kernel::kNone;
+  std::unordered_map<const uint16_t*, Bf16PairMatrix> by_data;
+  const Bf16PairMatrix* find(const Bf16Matrix& m) const {
+    auto it = by_data.find(m.data);
+    return it == by_data.end() ? nullptr : &it->second;
   }
 };
 
@@ -99,13 +111,15 @@ void rope_inplace(float* x, const float* c, const float* s, int64_t half) {
 
 class Runner {
  public:
-  Runner(const ModelWeights& w, const ForwardOptions& o, const Int8Weights* int8)
+  Runner(const ModelWeights& w, const ForwardOptions& o, const Int8Weights* int8,
+         const Bf16DotWeights* bf16)
       : w_(w),
         c_(w.config()),
         threads_(o.threads ? o.threads : default_workers()),
         mode_(o.gdn),
         precision_(o.precision),
-        int8_(int8) {}
+        int8_(int8),
+        bf16_(bf16) {}
 
   // Runs the segments (each continuing its own `from`, which may differ between segments) and
   // writes final-normed hidden states [T, H]. With state_out (only for one segment) the
@@ -200,6 +214,10 @@ class Runner {
       return;
     }
     if (precision_ == Precision::kBf16) {
+      if (const Bf16PairMatrix* p = bf16_ ? bf16_->find(m) : nullptr) {
+        gemm_bf16_pairs(bf16_->kernel, x, total_, ldx, *p, y, m.rows, threads_);
+        return;
+      }
       const int64_t k = m.cols;
       ws_.rounded.resize(z(total_ * k));
       float* r = ws_.rounded.data();
@@ -545,6 +563,7 @@ class Runner {
   GdnMode mode_;
   Precision precision_;
   const Int8Weights* int8_;
+  const Bf16DotWeights* bf16_;
   Workspace ws_;
   int64_t total_ = 0;
 };
@@ -625,6 +644,25 @@ Model::~Model() = default;
 
 void Model::set_options(const ForwardOptions& o) {
   options_ = o;
+  if (o.precision == Precision::kBf16 && !bf16_ && best_bf16_kernel() != Bf16Kernel::kNone) {
+    // The vdpbf16ps kernel reads its own copy of the projections; their mapped BF16 pages leave
+    // the resident set, as for int8 below (so bf16 holds one copy).
+    auto d = std::make_unique<Bf16DotWeights>();
+    d->kernel = best_bf16_kernel();
+    auto add = [&](const Bf16Matrix& m) {
+      d->by_data.emplace(m.data, pack_bf16_pairs(m, o.threads));
+      weights_->release_pages(m);
+    };
+    for (const LayerWeights& l : weights_->layers()) {
+      if (l.full_attention) {
+        for (const Bf16Matrix* m : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o}) add(*m);
+      } else {
+        for (const Bf16Matrix* m : {&l.gdn.qkv, &l.gdn.z, &l.gdn.out}) add(*m);
+      }
+      for (const Bf16Matrix* m : {&l.gate, &l.up, &l.down}) add(*m);
+    }
+    bf16_ = std::move(d);
+  }
   if (o.precision != Precision::kInt8 || int8_) return;
   auto q = std::make_unique<Int8Weights>();
   // Each quantized projection's BF16 pages leave the resident set once copied, so int8 does not
@@ -673,7 +711,7 @@ PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& i
     std::vector<Segment> segs{make_segment(*current, part, part_positions)};
     PrefixState out;
     std::vector<float> h;
-    Runner(*weights_, options_, int8_.get()).run(segs, h, &out);
+    Runner(*weights_, options_, int8_.get(), bf16_.get()).run(segs, h, &out);
     if (hidden) hidden->insert(hidden->end(), h.begin(), h.end());
     next = std::move(out);
     current = &next;
@@ -717,7 +755,7 @@ std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& pr
     std::vector<Segment> batch(segs.begin() + static_cast<std::ptrdiff_t>(first),
                                segs.begin() + static_cast<std::ptrdiff_t>(last));
     std::vector<float> h;
-    Runner(*weights_, options_, int8_.get()).run(batch, h, nullptr);
+    Runner(*weights_, options_, int8_.get(), bf16_.get()).run(batch, h, nullptr);
     for (size_t r = first; r < last; ++r) collect_row(rows[r], batch[r - first], h, hd, results[r]);
     first = last;
   }

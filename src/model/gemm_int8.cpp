@@ -9,6 +9,7 @@
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/threads.h"
+#include "kev/model/gemm_avx512.h"
 
 namespace kev {
 namespace {
@@ -18,6 +19,7 @@ constexpr int64_t kMr = 6;      // activation rows per AVX2 tile
 constexpr int64_t kPairs = kQuantBlock / 2;
 constexpr float kWeightMax = 127.0f;  // int8 weights
 constexpr float kActMax = 32767.0f;   // int16 activations (gemm_int8.h says why)
+static_assert(kMr == kInt8TileRows, "the AVX-512 kernels read the AVX2 kernel's row padding");
 
 // One block of the quantization rule (gemm_int8.h); n <= 32 values, the rest of q zero.
 template <typename Q, typename Load>
@@ -249,7 +251,7 @@ Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
   m.groups = (w.rows + kGroup - 1) / kGroup;
   m.q.assign(static_cast<size_t>(m.groups * kGroup * m.blocks * kQuantBlock), 0);
   m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0.0f);
-  const bool simd = best_int8_isa() != Isa::kPortable;
+  const bool simd = dispatch_isa("KEV_GEMM_ISA") != Isa::kPortable;  // same values either way
   parallel_for(
       static_cast<size_t>(m.groups),
       [&](size_t gi) {
@@ -285,7 +287,11 @@ Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
 }
 
 Isa best_int8_isa() {
-  static const Isa best = std::min(dispatch_isa("KEV_GEMM_ISA"), Isa::kAvx2);
+  static const Isa best = [] {
+    const Int8Kernel k = best_int8_kernel();
+    if (k == Int8Kernel::kAvx512Vnni || k == Int8Kernel::kAvx512Bw) return Isa::kAvx512;
+    return std::min(dispatch_isa("KEV_GEMM_ISA"), Isa::kAvx2);  // or the probe fell back
+  }();
   return best;
 }
 
@@ -293,13 +299,22 @@ void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int
                    float* y, int64_t ldy, size_t threads) {
   if (!isa_supported(isa))
     fail(ErrorKind::kUnsupported, "this CPU cannot run the {} int8 kernels", isa_name(isa));
+  gemm_int8_kernel(int8_kernel_for(isa), x, rows, ldx, w, y, ldy, threads);
+}
+
+void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
+                      float* y, int64_t ldy, size_t threads) {
+  if (!int8_kernel_supported(k))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} int8 kernel", int8_kernel_name(k));
   if (rows <= 0 || w.rows <= 0) return;
   if (threads == 0) threads = default_workers();
-  const bool simd = isa != Isa::kPortable;
-  const int64_t rows_padded = simd ? (rows + kMr - 1) / kMr * kMr : rows;
+  const bool tiled = k != Int8Kernel::kPortable;
+  const int64_t rows_padded = tiled ? (rows + kMr - 1) / kMr * kMr : rows;
   thread_local QuantRows tl;
   QuantRows& a = tl;  // the workers must see this thread's buffer, not their own
-  quantize_activations(x, rows, ldx, w.cols, rows_padded, simd, a, threads);
+  // The AVX2 quantizer gives the scalar one's values; the emulation may run without AVX2.
+  quantize_activations(x, rows, ldx, w.cols, rows_padded, tiled && isa_supported(Isa::kAvx2), a,
+                       threads);
   // Output groups in chunks, more chunks than threads so uneven cores finish together.
   const int64_t chunks = static_cast<int64_t>(threads) * 4;
   const int64_t per = std::max<int64_t>(1, (w.groups + chunks - 1) / chunks);
@@ -308,17 +323,19 @@ void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int
       static_cast<size_t>(count),
       [&](size_t c) {
         const int64_t g0 = static_cast<int64_t>(c) * per, g1 = std::min(w.groups, g0 + per);
-        if (simd)
+        if (k == Int8Kernel::kPortable)
+          range_portable(a, rows, w, y, ldy, g0, g1);
+        else if (k == Int8Kernel::kAvx2)
           range_avx2(a, rows, w, y, ldy, g0, g1);
         else
-          range_portable(a, rows, w, y, ldy, g0, g1);
+          int8_range_avx512(k, a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
       },
       threads);
 }
 
 void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
                int64_t ldy, size_t threads) {
-  gemm_int8_isa(best_int8_isa(), x, rows, ldx, w, y, ldy, threads);
+  gemm_int8_kernel(best_int8_kernel(), x, rows, ldx, w, y, ldy, threads);
 }
 
 }  // namespace kev

@@ -25,6 +25,12 @@ std::optional<Isa> parse_isa(std::string_view name);  // nullopt if unknown
 Isa best_supported_isa();                             // ignores the environment
 Isa dispatch_isa(const char* family_env);  // best_supported_isa() capped by KEV_ISA / family_env
 
+// Extensions on top of kAvx512 that the precision-mode kernels use when present
+// (gemm_avx512.h). CPUID only: a kernel that needs one also needs kAvx512 from dispatch_isa, so
+// KEV_ISA=avx2 still turns it off.
+bool cpu_has_avx512_vnni();  // AVX512_VNNI: vpdpwssd
+bool cpu_has_avx512_bf16();  // AVX512_BF16: vdpbf16ps
+
 // Refuses (Error, bad input) an unknown value in any of the variables above, so a typo fails at
 // start-up with one sentence rather than at a kernel's first call.
 void check_isa_environment();

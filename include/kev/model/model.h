@@ -13,13 +13,18 @@
 //   embedding stay FP32 in every mode. kFp32 (default) is the exact reference-parity mode
 //   above. kBf16 rounds each activation row to BF16 (round to nearest even) before the
 //   BF16-weight GEMM, i.e. BF16 x BF16 products with FP32 accumulation (exact products, so the
-//   same numbers as a BF16 dot-product unit with FP32 FMA accumulation). kInt8 quantizes those
+//   same numbers as a BF16 dot-product unit with FP32 FMA accumulation). Where the CPU has
+//   AVX512_BF16 (gemm_avx512.h), kBf16 instead repacks those weights once into vdpbf16ps's pair
+//   layout (releasing their BF16 pages) and sums in that instruction's order: the same
+//   precision but not the same bits as the AVX2 machine's kBf16 (batch- and
+//   thread-independent still, not ISA-independent). kInt8 quantizes those
 //   weights to int8 once when the model is built (or switched to kInt8), blockwise symmetric,
 //   and the activations per row and block (to 16 bits) at every call, with integer dot
 //   products (gemm_int8.h; 1.125 bytes per weight held, the BF16 pages of those weights are
 //   released from the resident set). Every mode keeps the batch-, thread- and
-//   ISA-independence above (bitwise); the fast modes carry a parity budget against kFp32 and
-//   the float64 reference (docs/performance.md, tests/oracle/test_precision.py), not equality.
+//   ISA-independence above (bitwise), except kBf16 between CPUs with and without AVX512_BF16; the
+//   fast modes carry a parity budget against kFp32 and the float64 reference (docs/performance.md,
+//   tests/oracle/test_precision.py), not equality.
 // - PrefixState is an immutable value: run_rows/extend only read it. One run_rows pass may mix
 //   rows of different prefixes; a row only ever reads its own prefix's cache.
 // - Ids must be < vocab, positions >= 0 (default: continuing after the state, i.e. state.length,
@@ -55,7 +60,8 @@ struct ForwardOptions {
   Precision precision = Precision::kFp32;
 };
 
-struct Int8Weights;  // the quantized projections of kInt8 (forward.cpp)
+struct Int8Weights;     // the quantized projections of kInt8 (forward.cpp)
+struct Bf16DotWeights;  // kBf16's projections in vdpbf16ps's pair layout (forward.cpp)
 
 // Per-layer cache after a prefix. Attention layers: k, v [length, kv_heads * head_dim] (after
 // k_norm and RoPE). GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest
@@ -111,6 +117,7 @@ class Model {
   std::unique_ptr<ModelWeights> weights_;
   ForwardOptions options_;
   std::unique_ptr<Int8Weights> int8_;
+  std::unique_ptr<Bf16DotWeights> bf16_;
 };
 
 }  // namespace kev

@@ -1,0 +1,92 @@
+"""The AVX-512 precision-mode kernels (include/kev/model/gemm_avx512.h) end to end through `kev
+forward`, on any machine: KEV_AVX512_EMULATE=1 dispatches `--precision int8` and `bf16` to the
+emulated AVX-512 kernels (the real kernels' code run on a plain C++ model of each instruction).
+
+- int8: the emulated AVX-512 kernel's hidden states are byte-identical to the default kernel's
+  (gemm_int8.h: every int8 kernel gives the same bits);
+- bf16: the vdpbf16ps kernel (its own summation order) against the float64 torch reference,
+  within test_precision.py's bf16 budget, and bitwise batch- and thread-independent;
+- KEV_ISA=avx2 still forces the AVX2 paths (`kev cpu`).
+"""
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+import kevtest  # noqa: E402
+import qwen35_reference as ref  # noqa: E402
+
+# Empty caps: an outer KEV_ISA (scripts/test.sh forces other levels) must not turn the emulation off.
+EMULATE = {"KEV_AVX512_EMULATE": "1", "KEV_ISA": "", "KEV_GEMM_ISA": ""}
+DIMS = dict(ref.TINY, hidden=256, intermediate=512, heads=4, kv_heads=2, head_dim=64, lin_k_heads=4,
+            lin_v_heads=4, lin_k_dim=32, lin_v_dim=32, vocab=320)
+BF16_BUDGET = 5e-3  # test_precision.py HIDDEN_BUDGET["bf16"]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("avx512emu") / "model")
+    ref.write_model_dir(path, DIMS, seed=5)
+    return path, ref.Reference(*ref.load_model_dir(path))
+
+
+def forward(path, tmp_path, payload, *extra, env=None):
+    n = len(os.listdir(tmp_path))
+    inp, out = tmp_path / f"in{n}.json", tmp_path / f"out{n}.safetensors"
+    inp.write_text(json.dumps(payload))
+    kevtest.run_kev("forward", "--bundle", path, "--input", inp, "--output", out, *extra, env=env)
+    return kevtest.read_safetensors(str(out))
+
+
+def ids(n, seed):
+    return torch.randint(0, DIMS["vocab"], (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def cpu(env):
+    return json.loads(kevtest.run_kev("cpu", env=env).stdout)
+
+
+def test_dispatch():
+    emu = cpu(EMULATE)["kernels"]
+    assert emu["gemm_int8_kernel"] == "avx512vnni-emulated"
+    assert emu["gemm_bf16_dot"] == "avx512bf16-emulated"
+    for cap in ({"KEV_ISA": "avx2"}, {"KEV_GEMM_ISA": "avx2"}):
+        capped = cpu({**EMULATE, **cap})["kernels"]
+        assert capped["gemm_int8_kernel"] in ("avx2", "portable") and capped["gemm_bf16_dot"] == "none"
+
+
+def test_int8_emulated_is_bitwise_the_default_kernel(model, tmp_path):
+    path, _ = model
+    prefix, rows = ids(17, 1), [ids(23, 2), ids(7, 3), ids(1, 4)]
+    payload = {"prefix": prefix, "rows": [{"ids": r} for r in rows]}
+    want = forward(path, tmp_path, payload, "--precision", "int8")
+    for threads in ("1", "3"):
+        got = forward(path, tmp_path, payload, "--precision", "int8", "--threads", threads, env=EMULATE)
+        for i in range(len(rows)):
+            assert torch.equal(got[f"row.{i}"], want[f"row.{i}"]), (threads, i)
+
+
+def test_bf16_emulated_within_budget_and_reproducible(model, tmp_path):
+    path, oracle = model
+    prefix, rows = ids(20, 5), [ids(30, 6), ids(9, 7), ids(1, 8)]
+    payload = {"prefix": prefix, "rows": [{"ids": r} for r in rows]}
+    out = forward(path, tmp_path, payload, "--precision", "bf16", env=EMULATE)
+    plain = forward(path, tmp_path, payload, "--precision", "bf16")
+    for i, r in enumerate(rows):
+        expected = oracle.forward(prefix + r, list(range(len(prefix) + len(r))))[len(prefix):]
+        rel = ((out[f"row.{i}"].double() - expected).norm() / expected.norm()).item()
+        rel_plain = ((plain[f"row.{i}"].double() - expected).norm() / expected.norm()).item()
+        print(f"row {i}: relative RMS error vdpbf16ps (emulated) {rel:.3e}, avx2 bf16 mode {rel_plain:.3e}")
+        assert rel <= BF16_BUDGET, (i, rel)
+    alone = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": rows[1]}]}, "--precision", "bf16",
+                    "--threads", "1", env=EMULATE)
+    assert torch.equal(alone["row.0"], out["row.1"])
+    three = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": r} for r in reversed(rows)]},
+                    "--precision", "bf16", "--threads", "3", env=EMULATE)
+    for i in range(len(rows)):
+        assert torch.equal(three[f"row.{len(rows) - 1 - i}"], out[f"row.{i}"])
