@@ -288,6 +288,25 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// The path of a request target without its query: origin-form ("/p?q") as is, absolute-form
+// ("http://host/p?q", which RFC 9112 3.2.2 says a server MUST accept) from its path ("/" when
+// empty). nullopt for any other form (authority-form of CONNECT, asterisk-form "*", garbage).
+std::optional<std::string_view> target_path(std::string_view target) {
+  if (target.empty()) return std::nullopt;
+  if (target[0] != '/') {
+    const size_t scheme = target.find("://");
+    if (scheme == std::string_view::npos ||
+        !(iequals(target.substr(0, scheme), "http") || iequals(target.substr(0, scheme), "https")))
+      return std::nullopt;
+    target.remove_prefix(scheme + 3);
+    const size_t end = target.find_first_of("/?#");
+    if (end == 0) return std::nullopt;  // no authority
+    if (end == std::string_view::npos || target[end] != '/') return std::string_view("/");
+    target.remove_prefix(end);
+  }
+  return target.substr(0, target.find('?'));
+}
+
 enum class Lifecycle { kLoading, kReady, kDraining };
 
 std::vector<std::string> route_names();  // the paths of kRoutes (below), for metric labels
@@ -736,6 +755,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     queue_ms_ = -1;
     origin_.reset();
     cookie_ = false;
+    head_ = false;
     logged_ = false;
     counted_ = false;
     // One deadline for the whole request, headers and body: a client trickling bytes cannot
@@ -747,13 +767,60 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // refused by check_header() once every field is in, so that the 413 still carries the
     // client's request id; the limit proper is set before any body byte is read.
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              if (self->phase_ != Phase::kClosed) self->on_header(ec);
+    read_header();
+  }
+
+  // Feeds Beast's parser until the header is complete. Beast parses; this loop (what
+  // http::async_read_header does) exists so that the header's raw bytes can be seen once Beast
+  // has delimited them: Beast silently unfolds obs-fold continuation lines, which RFC 9112 5.2
+  // lets a server refuse, and which a front proxy may read differently (a folded
+  // Transfer-Encoding is a classic smuggling vector). Beast consumes nothing of a header until
+  // all of it is in the buffer, so the bytes it consumes at once are exactly the header.
+  void read_header() {
+    if (buffer_.size() > 0) {
+      beast::error_code ec;
+      const size_t n = parser_->put(buffer_.data(), ec);
+      if (!ec && parser_->is_header_done()) {
+        const bool folded =
+            has_obs_fold(std::string_view(static_cast<const char*>(buffer_.data().data()), n));
+        buffer_.consume(n);
+        if (folded)
+          return send(detail(400,
+                             "obsolete line folding (a header line starting with a space "
+                             "or tab) is not accepted",
+                             true));
+        return on_header({});
+      }
+      buffer_.consume(n);
+      if (ec && ec != http::error::need_more) return on_read_error(ec);
+    }
+    if (buffer_.size() >= buffer_.max_size()) return on_read_error(http::error::buffer_overflow);
+    const size_t room = std::min<size_t>(65536, buffer_.max_size() - buffer_.size());
+    stream_.async_read_some(buffer_.prepare(room),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              if (self->phase_ == Phase::kClosed) return;
+                              self->buffer_.commit(n);
+                              if (ec == asio::error::eof && self->buffer_.size() > 0)
+                                ec = http::error::partial_message;
+                              if (ec) return self->on_read_error(ec);
+                              self->read_header();
                             });
   }
 
+  // A line of a complete header section that starts with a space or tab (after the request
+  // line: Beast itself refuses one right after it).
+  static bool has_obs_fold(std::string_view header) {
+    for (size_t i = header.find("\r\n"); i != std::string_view::npos && i + 2 < header.size();
+         i = header.find("\r\n", i + 2))
+      if (header[i + 2] == ' ' || header[i + 2] == '\t') return true;
+    return false;
+  }
+
   void on_read_error(beast::error_code ec) {
+    if ((ec == http::error::header_limit || ec == beast::http::error::buffer_overflow) && parser_ &&
+        parser_->is_header_done())
+      return send(
+          detail(400, "a chunk-size line (with its extensions) or the trailer is too long", true));
     if (ec == http::error::header_limit || ec == beast::http::error::buffer_overflow)
       return send(detail(
           431,
@@ -778,7 +845,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         printable(std::string_view(req.method_string().data(), req.method_string().size()), 32);
     const std::string_view target(req.target().data(), req.target().size());
     path_ = printable(target);
-    route_ = srv_->metrics.route(target.substr(0, target.find('?')));
+    route_ = srv_->metrics.route(target_path(target).value_or(std::string_view()));
+    head_ = req.method() == http::verb::head;
     // x-typesafe-request-id: the client's, echoed when sane, else a fresh one (request_id.h).
     auto id = req.find(kRequestIdHeader);
     request_id_ =
@@ -799,7 +867,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     srv_->body_bytes += want;
     parser_->body_limit(opt().max_body);
     if (parser_->is_done()) return handle();
-    if (auto e = req.find(http::field::expect); e != req.end()) {
+    // RFC 9110 10.1.1: an HTTP/1.0 request's 100-continue expectation is ignored (a 1.0 client
+    // does not know the interim response).
+    if (auto e = req.find(http::field::expect); e != req.end() && req.version() == 11) {
       // RFC 9110 10.1.1: the client waits for this before sending the body (curl does, over 1 MiB).
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
                                                                      req.version());
@@ -839,6 +909,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (req.version() == 11 && hosts != 1)
       return detail(400, "an HTTP/1.1 request needs exactly one Host header", true);
     if (lengths > 1) return detail(400, "more than one Content-Length header", true);
+    if (lengths == 1) {
+      // Beast takes "73, 73" (a list of equal values, which RFC 9110 8.6 lets a recipient
+      // collapse) as 73; a proxy in front may not, so only plain digits are accepted.
+      auto cl = req[http::field::content_length];
+      const std::string_view v = trim(std::string_view(cl.data(), cl.size()));
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos)
+        return detail(400, "Content-Length must be one decimal number", true);
+    }
     if (codings > 0) {
       // Beast frames the body by chunked only when it is the last coding, and reads any other
       // value as "no body": a smuggling vector behind proxies that disagree. Only plain
@@ -860,9 +938,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (auto len = parser_->content_length(); len && *len > opt().max_body)
       return detail(413, fmt::format("the request body is larger than {} bytes", opt().max_body),
                     true);
-    const auto target = req.target();
-    if (target.empty() || target[0] != '/')
-      return detail(400, "the request target must be a path starting with /", true);
+    if (!target_path(std::string_view(req.target().data(), req.target().size())))
+      return detail(400, "the request target must be a path starting with / or an http URI", true);
     return std::nullopt;
   }
 
@@ -890,8 +967,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void handle() {
     const Request& req = parser_->get();
-    const std::string_view target(req.target().data(), req.target().size());
-    const std::string_view path = target.substr(0, target.find('?'));
+    // check_header() refused every target without a path.
+    const std::string_view path =
+        *target_path(std::string_view(req.target().data(), req.target().size()));
     if (req.method() == http::verb::options && origin_ &&
         req.find(http::field::access_control_request_method) != req.end())
       return send(preflight(req));
@@ -905,11 +983,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     for (const Route& r : kRoutes)
       if (path == r.path) route = &r;
     if (!route) return send(detail(404, fmt::format("no such path: {}", printable(path))));
-    if (req.method() != route->method) {
-      const char* allowed = route->method == http::verb::get ? "GET" : "POST";
+    // HEAD is GET without the body (RFC 9110 9.3.2; Starlette adds it to every GET route).
+    const bool get = route->method == http::verb::get;
+    if (req.method() != route->method && !(get && head_)) {
+      const char* allowed = get ? "GET" : "POST";
       Reply r =
           detail(405, fmt::format("{} does not accept {}; use {}", route->path, method_, allowed));
-      r.allow = allowed;
+      r.allow = get ? "GET, HEAD" : "POST";
       return send(std::move(r));
     }
     const std::string_view p = route->path;
@@ -1015,6 +1095,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       (srv_->accepting || buffer_.size() > 0);
     res->keep_alive(keep);
     res->prepare_payload();
+    // A reply to HEAD has the fields of the reply to GET and no body (RFC 9110 9.3.2): a body
+    // here would be read as the start of the next response by the client or a proxy.
+    if (head_) res->body().clear();
     // The request (and any body an unscored request carried) is no longer needed: free it now,
     // since release() has already returned its bytes to --max-body-total.
     parser_.reset();
@@ -1119,6 +1202,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   double queue_ms_ = -1;               // time in the scoring queue; < 0: never queued
   std::optional<std::string> origin_;  // the request's Origin header
   bool cookie_ = false;                // the request carries a Cookie header
+  bool head_ = false;                  // the request is a HEAD: its reply carries no body
   int status_ = 0;
   bool logged_ = false, counted_ = false;
   size_t discarded_ = 0;

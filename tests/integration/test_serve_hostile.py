@@ -101,7 +101,14 @@ FRAMING = {
     "bad chunk size": b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
     "no Host": b"GET /health HTTP/1.1\r\n\r\n",
     "two Host": b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
-    "absolute target": b"GET http://x/health HTTP/1.1\r\nHost: x\r\n\r\n",
+    # obs-fold (RFC 9112 5.2: refuse or unfold; unfolded, a folded Transfer-Encoding or
+    # Content-Length is read as framing by us and as garbage by a proxy that refuses folding).
+    "folded Transfer-Encoding": b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    "folded Content-Length": b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n\t2\r\n\r\n{}",
+    "folded other field": b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\n{}",
+    "Content-Length list": b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 2\r\n\r\n{}",
+    "asterisk target": b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+    "authority target": b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n",
     "garbage request line": b"HELLO\r\n\r\n",
 }
 
@@ -114,6 +121,69 @@ def test_malformed_framing_is_400_and_closes(server, case):
     assert closed, "the connection must be closed after a framing error"
     assert json.loads(responses[0][2])["detail"]
     alive(server)
+
+
+# A chunk-size line longer than the read buffer is a malformed body (400), not a header (431).
+def test_endless_chunk_extension_is_400(server):
+    head = b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;ext="
+    got, closed = raw_exchange(server.port, head + b"a" * 200000 + b"\r\n{}\r\n0\r\n\r\n" + SMUGGLED, timeout=10)
+    (status, _, body), = parse_responses(got)
+    assert status == 400 and "chunk" in json.loads(body)["detail"] and closed
+    alive(server)
+
+
+# RFC 9112 3.2.2: a server MUST accept the absolute-form; it is routed by its path.
+def test_absolute_form_target_is_routed_by_its_path(server):
+    want = server.score(QUICK)[2]["answers"]
+    data = (b"GET http://x/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+            + post(QUICK, close=True).replace(b"POST /v1/systemone", b"POST HTTP://x:1/v1/systemone?a=b", 1))
+    got, closed = raw_exchange(server.port, data, timeout=60)
+    (s1, _, b1), (s2, _, b2) = parse_responses(got)
+    assert (s1, json.loads(b1)) == (200, {"status": "live"})
+    assert s2 == 200 and json.loads(b2)["answers"] == want and closed
+    got, _ = raw_exchange(server.port, b"GET http://x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    (status, _, body), = parse_responses(got)
+    assert status == 404 and json.loads(body)["detail"] == "no such path: /"
+
+
+# RFC 9110 9.3.2: HEAD is GET without a body. A body sent after a reply to HEAD would be read by
+# the client (or a proxy) as the start of the next response on the connection.
+def test_head_replies_carry_no_body(server):
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        for method, path, status in [("HEAD", "/health", 200), ("HEAD", "/nope", 404),
+                                     ("HEAD", "/v1/systemone", 405), ("GET", "/health/live", 200)]:
+            conn.request(method, path)
+            r = conn.getresponse()
+            body = r.read()
+            assert r.status == status, (method, path)
+            if method == "HEAD":
+                assert body == b"" and int(r.getheader("content-length")) > 0
+            else:
+                assert json.loads(body) == {"status": "live"}
+            if status == 405:
+                assert r.getheader("allow") == "POST"
+    finally:
+        conn.close()
+    # Raw: the bytes after the HEAD reply's header are exactly the next reply.
+    got, _ = raw_exchange(server.port, b"HEAD /health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+                          b"GET /health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, rest = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and rest.startswith(b"HTTP/1.1 200")
+    (status, _, body), = parse_responses(rest)
+    assert json.loads(body) == {"status": "live"}
+    status, hdrs, _ = server.request("PUT", "/health")
+    assert status == 405 and hdrs["allow"] == "GET, HEAD"
+
+
+# RFC 9110 10.1.1: a 100-continue expectation in an HTTP/1.0 request is ignored.
+def test_expect_continue_in_http10_is_ignored(server):
+    data = post(QUICK, extra=b"Expect: 100-continue\r\n").replace(b"HTTP/1.1", b"HTTP/1.0", 1)
+    got, closed = raw_exchange(server.port, data, timeout=60)
+    assert got.startswith(b"HTTP/1.0 200") and closed, got[:100]
+    got, _ = raw_exchange(server.port, post(QUICK, extra=b"Expect: 100-continue\r\n", close=True), timeout=60)
+    assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200"), got[:100]
 
 
 # 6. Pipelined requests: every one answered, in order. A half-closed client still gets its answer.
