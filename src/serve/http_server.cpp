@@ -5,9 +5,11 @@
 // unknown transfer codings, Content-Encoding, Expect, header count, target form) are done here.
 #include "kev/serve/http_server.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -352,6 +354,12 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   bool accepting = true;
   std::unordered_set<Connection*> connections;
   size_t rejecting = 0;
+  size_t extra_rejecting = std::min(kExtraRejecting, options.max_connections);
+  // Held so that a connection can still be taken and answered when the process is out of file
+  // descriptors (accept_failed); reopened whenever a connection closes.
+  int spare_fd = -1;
+  size_t accept_failures = 0;
+  Clock::time_point accept_logged{};
   size_t body_bytes = 0;  // reserved by requests being read, queued or scoring
 
   // Model passes (batches scored together) and the requests in them; any thread.
@@ -370,8 +378,18 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       auth_digest = h.digest();
     }
   }
+  ~Impl() {
+    if (spare_fd >= 0) ::close(spare_fd);
+  }
 
   void accept();
+  void accept_failed(beast::error_code ec);
+  // A new client: admitted, or room made for it, or answered 503 (out_of_fds: it holds the
+  // spare descriptor, so room is made even under the connection cap).
+  void admit(tcp::socket socket, bool out_of_fds);
+  void reopen_spare();
+  // A 503 written at once on a socket that does not become a connection.
+  void refuse_now(tcp::socket& socket);
   void on_shutdown();
   void connection_closed(Connection* c);
   void maybe_finish() {
@@ -1216,62 +1234,119 @@ void HttpServer::Impl::connection_closed(Connection* c) {
   } else {
     connections.erase(c);
   }
+  reopen_spare();  // a descriptor was just freed
   maybe_finish();
 }
 
 void HttpServer::Impl::accept() {
   acceptor.async_accept(io, [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
     if (!self->accepting) return;
-    if (ec) {
-      // Out of file descriptors or similar: retry shortly rather than spin.
-      std::fprintf(stderr, "kev serve: accept failed: %s\n", ec.message().c_str());
-      self->accept_retry.expires_after(std::chrono::milliseconds(100));
-      self->accept_retry.async_wait([self](beast::error_code) {
-        if (self->accepting) self->accept();
-      });
-      return;
-    }
-    beast::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    bool reject = false;
-    if (self->connections.size() >= self->options.max_connections) {
-      // Make room by closing an idle keep-alive connection (its client reconnects at no
-      // cost), else the one that has been sending its request the longest: at the cap that is
-      // a slow-header/slow-body client, while a normal request is read in milliseconds. When
-      // there is neither, the new connection is refused (503).
-      Connection* victim = nullptr;
-      for (Connection* c : self->connections)
-        if (c->idle_between_requests()) {
-          victim = c;
-          break;
-        }
-      // A reader is only a victim after a grace time, so a normal request caught mid-read
-      // at the cap is not cut off by a newcomer.
-      const auto grace =
-          Clock::now() - std::min(seconds(1.0), seconds(self->options.request_timeout_s / 2));
-      if (!victim)
-        for (Connection* c : self->connections)
-          if (c->reading() && c->started() < grace && (!victim || c->started() < victim->started()))
-            victim = c;
-      if (victim) {
-        victim->evict();
-      } else {
-        reject = true;
-      }
-    }
-    if (reject && self->rejecting >= kExtraRejecting) {
-      socket.close(ignored);
-    } else {
-      auto c = std::make_shared<Connection>(self, std::move(socket), reject);
-      if (reject) {
-        ++self->rejecting;
-      } else {
-        self->connections.insert(c.get());
-      }
-      c->start();
-    }
+    if (ec) return self->accept_failed(ec);
+    self->admit(std::move(socket), false);
     self->accept();
   });
+}
+
+void HttpServer::Impl::accept_failed(beast::error_code ec) {
+  const bool no_fds =
+      ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
+  // One line a second at most: a client flood against an exhausted descriptor table must not
+  // turn into a flood of log lines.
+  ++accept_failures;
+  if (Clock::now() - accept_logged >= std::chrono::seconds(1)) {
+    accept_logged = Clock::now();
+    std::fprintf(stderr, "kev serve: accept failed (%zu times): %s; %zu connections open\n",
+                 accept_failures, ec.message().c_str(), connections.size());
+    accept_failures = 0;
+  }
+  // Out of descriptors, the client would wait unanswered in the backlog until one is freed (by
+  // an idle or request deadline: seconds). The spare descriptor held for this moment is given
+  // up to take it: room is made as at the connection cap, else it is answered 503.
+  if (no_fds && spare_fd >= 0) {
+    ::close(spare_fd);
+    spare_fd = -1;
+    tcp::socket socket(io);
+    beast::error_code aec;
+    acceptor.accept(socket, aec);  // non-blocking: would_block if the client has gone
+    if (!aec) {
+      admit(std::move(socket), true);
+      return accept();
+    }
+    reopen_spare();
+  }
+  // Retry shortly rather than spin.
+  accept_retry.expires_after(std::chrono::milliseconds(100));
+  accept_retry.async_wait([self = shared_from_this()](beast::error_code) {
+    if (self->accepting) self->accept();
+  });
+}
+
+void HttpServer::Impl::refuse_now(tcp::socket& socket) {
+  beast::error_code ignored;
+  socket.non_blocking(true, ignored);
+  // What the client already sent is read and dropped, so that closing does not reset the
+  // connection (a reset can discard the reply before the client reads it).
+  std::array<char, 4096> sink;
+  for (int i = 0; i < 16 && socket.read_some(asio::buffer(sink), ignored) > 0;) ++i;
+  const std::string body = R"({"detail":"too many connections; retry later"})";
+  const std::string reply = fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: "
+      "1\r\n{}: {}\r\nserver-timing: app;dur=0.0\r\nConnection: close\r\nContent-Length: "
+      "{}\r\n\r\n{}",
+      kRequestIdHeader, new_request_id(), body.size(), body);
+  socket.write_some(asio::buffer(reply), ignored);  // a few hundred bytes: fits any send buffer
+  metrics.request(metrics.other(), 503, 0);
+  socket.shutdown(tcp::socket::shutdown_send, ignored);
+  socket.close(ignored);
+}
+
+void HttpServer::Impl::reopen_spare() {
+  if (spare_fd < 0) spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+void HttpServer::Impl::admit(tcp::socket socket, bool out_of_fds) {
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  bool reject = false;
+  if (connections.size() >= options.max_connections || out_of_fds) {
+    // Make room by closing an idle keep-alive connection (its client reconnects at no
+    // cost), else the one that has been sending its request the longest: at the cap that is
+    // a slow-header/slow-body client, while a normal request is read in milliseconds. When
+    // there is neither, the new connection is refused (503).
+    Connection* victim = nullptr;
+    for (Connection* c : connections)
+      if (c->idle_between_requests()) {
+        victim = c;
+        break;
+      }
+    // A reader is only a victim after a grace time, so a normal request caught mid-read
+    // at the cap is not cut off by a newcomer.
+    const auto grace =
+        Clock::now() - std::min(seconds(1.0), seconds(options.request_timeout_s / 2));
+    if (!victim)
+      for (Connection* c : connections)
+        if (c->reading() && c->started() < grace && (!victim || c->started() < victim->started()))
+          victim = c;
+    if (victim) {
+      victim->evict();
+    } else {
+      reject = true;
+    }
+  }
+  // Beyond the connections answered 503 at their own pace, or holding the spare descriptor:
+  // answered at once instead, so that the descriptor is free again before the next accept.
+  if (reject && (out_of_fds || rejecting >= extra_rejecting)) {
+    refuse_now(socket);
+    reopen_spare();
+    return;
+  }
+  auto c = std::make_shared<Connection>(shared_from_this(), std::move(socket), reject);
+  if (reject) {
+    ++rejecting;
+  } else {
+    connections.insert(c.get());
+  }
+  c->start();
 }
 
 void HttpServer::Impl::on_shutdown() {
@@ -1321,14 +1396,17 @@ int HttpServer::bind() {
   // Each connection is a file descriptor; raise the soft limit as far as allowed.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    const rlim_t need = o.max_connections + kExtraRejecting + 64;
+    // Connections, those answered 503 beyond the cap, and the process's own few (standard
+    // streams, the event loop's, the listener, the spare: 8 measured, 16 allowed).
+    const rlim_t need = o.max_connections + impl_->extra_rejecting + 16;
     if (rl.rlim_cur < need) {
       rl.rlim_cur = std::min<rlim_t>(need, rl.rlim_max);
       setrlimit(RLIMIT_NOFILE, &rl);
     }
     if (rl.rlim_cur < need)
       fail(ErrorKind::kBadInput,
-           "--max-connections {} needs {} file descriptors but the limit is {} (ulimit -n)",
+           "--max-connections {} needs {} file descriptors but the limit is {}: raise ulimit -n "
+           "or lower --max-connections",
            o.max_connections, need, rl.rlim_cur);
   }
   beast::error_code ec;
@@ -1368,6 +1446,9 @@ void HttpServer::start() {
       then.push_back(tasks[i]->reply(std::move(replies[i])));
     return then;
   });
+  s.reopen_spare();
+  beast::error_code ignored;
+  s.acceptor.non_blocking(true, ignored);  // for accept_failed()'s one synchronous accept
   s.accept();
   s.io_thread = std::thread([&s] {
     // A handler that throws (e.g. bad_alloc) costs its connection, not the process: log it and

@@ -19,7 +19,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import ServeProcess, fifo_bundle, free_port, parse_responses, raw_exchange, synth_bundle  # noqa: E402
+from kevtest import KEV_BIN, ServeProcess, fifo_bundle, free_port, parse_responses, raw_exchange, synth_bundle  # noqa: E402
 
 QUICK = {"state": "plain text state", "questions": {"q": {"type": "noul", "instructions": "Refund?"}}}
 
@@ -523,6 +523,65 @@ def test_connection_burst_is_answered_promptly(bundle):
             t.join(timeout=30)
         assert len(latencies) == 300 and all(st == 200 for st, _ in latencies)
         assert max(l for _, l in latencies) < 3, max(l for _, l in latencies)  # no 1-15 s SYN retries
+    finally:
+        s.close()
+
+
+# Out of file descriptors (the limit lowered under a running server, as `prlimit` does): a new
+# client is answered 503 + Retry-After at once instead of waiting unanswered in the backlog until an
+# idle deadline frees a descriptor, and the server serves normally once descriptors are free.
+def test_out_of_file_descriptors_refuses_at_once_and_recovers(bundle):
+    import resource
+    s = ServeProcess(bundle, "--idle-timeout", 60, "--request-timeout", 60)
+    held = []
+    try:
+        base = len(os.listdir(f"/proc/{s.pid}/fd"))
+        resource.prlimit(s.pid, resource.RLIMIT_NOFILE, (base + 16, base + 16))
+        for _ in range(40):  # 16 take the free descriptors, the rest wait in the backlog
+            held.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
+        time.sleep(0.5)
+        t = time.monotonic()
+        got, closed = raw_exchange(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
+        (status, hdrs, body), = parse_responses(got)
+        assert status == 503 and hdrs["retry-after"] == "1" and closed, got[:200]
+        assert "too many connections" in json.loads(body)["detail"]
+        assert time.monotonic() - t < 3
+        for c in held:
+            c.close()
+        held.clear()
+        time.sleep(0.5)
+        alive(s, within=3)
+        assert s.proc.poll() is None
+        log = s.stderr()
+        assert log.count("accept failed") <= 3, log[-2000:]  # at most one line a second
+    finally:
+        for c in held:
+            c.close()
+        s.close()
+
+
+# `ulimit -n 64`: start-up refuses a --max-connections that cannot fit, in one sentence, and a cap
+# that fits is served.
+def test_low_descriptor_limit(bundle):
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    proc = subprocess.run([KEV_BIN, "serve", "--bundle", bundle, "--port", "0"],
+                          preexec_fn=limit, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "kev serve: --max-connections 1024 needs 1104 file descriptors but the limit is 64: raise ulimit -n "
+        "or lower --max-connections"]
+    s = ServeProcess(bundle, "--max-connections", 24, preexec_fn=limit)
+    try:
+        alive(s)
+        held = [socket.create_connection(("127.0.0.1", s.port), timeout=5) for _ in range(60)]
+        for c in held:
+            c.close()
+        time.sleep(0.3)
+        alive(s)
     finally:
         s.close()
 
