@@ -309,6 +309,46 @@ std::optional<std::string_view> target_path(std::string_view target) {
   return target.substr(0, target.find('?'));
 }
 
+// Why a body that nlohmann::json::accept refused is not JSON, for its 400: where and what ("not
+// valid JSON" alone is false for 1e400, which is valid JSON whose value no double holds). Only
+// called on the refusal path; the library's message is cut to its reason and kept to printable
+// ASCII, since its "last read" part echoes client bytes.
+std::string json_syntax_error(const std::string& body) {
+  struct Handler : nlohmann::json_sax<nlohmann::json> {
+    std::size_t at = 0;
+    std::string reason;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return true; }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t position, const std::string&,
+                     const nlohmann::detail::exception& e) override {
+      at = position;
+      std::string_view what = e.what();
+      if (auto colon = what.find(": ");
+          what.find("parse error at") != std::string_view::npos && colon != std::string_view::npos)
+        what.remove_prefix(colon + 2);  // "[json.exception...] parse error at line 1, column 5: "
+      else if (auto bracket = what.find("] "); bracket != std::string_view::npos)
+        what.remove_prefix(bracket + 2);
+      what = what.substr(0, what.find("; last read"));
+      for (char c : what.substr(0, 160)) reason += c >= 0x20 && c < 0x7f ? c : '?';
+      return false;
+    }
+  } handler;
+  nlohmann::json::sax_parse(body, &handler);
+  if (handler.reason.empty()) return "the request body is not valid JSON";
+  return fmt::format("the request body is not valid JSON (byte {}: {})", handler.at,
+                     handler.reason);
+}
+
 enum class Lifecycle { kLoading, kReady, kDraining };
 
 std::vector<std::string> route_names();  // the paths of kRoutes (below), for metric labels
@@ -412,7 +452,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   // any other serve the one checkpoint).
   std::variant<ApiRequest, Reply> parse(const std::string& body) const {
     // Syntax first (linear, builds nothing), so that every later refusal is a 422.
-    if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
+    if (!nlohmann::json::accept(body)) return detail(400, json_syntax_error(body));
     try {
       OrderedJson json = parse_json_strict(body, "the request body", options.json);
       if (options.date_facts) add_date_facts(json);
@@ -426,7 +466,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   // its single-question passes run one after the other, not batched with other requests.
   Reply score_alone(Endpoint endpoint, const std::string& body,
                     const std::function<bool()>& gone) const {
-    if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
+    if (!nlohmann::json::accept(body)) return detail(400, json_syntax_error(body));
     try {
       const Scorer& s = *scorer.load();
       OrderedJson json = parse_json_strict(body, "the request body", options.json);

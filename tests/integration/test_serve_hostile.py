@@ -132,6 +132,24 @@ def test_endless_chunk_extension_is_400(server):
     alive(server)
 
 
+# A body that is not JSON gets a 400 saying where and why, in printable ASCII whatever bytes it held
+# (1e400 is valid JSON syntax but no double holds it: "not valid JSON" alone was misleading).
+def test_json_refusals_say_why(server):
+    q = json.dumps(QUICK["questions"]).encode()
+    cases = [(b'{"state": {"n": 1e400}, "questions": ' + q + b"}", "byte 21: number overflow parsing '1e400'"),
+             (b'{"state": "a\\ud800b", "questions": ' + q + b"}", "surrogate"),
+             (b'{"state": "a\xff\x1b[31m", "questions": ' + q + b"}", "ill-formed UTF-8"),
+             (b'{"state": "a\x01", "questions": ' + q + b"}", "control character"),
+             (b'{"state": NaN}', "invalid literal"),
+             (b"[" * 1000, "unexpected end of input")]
+    for body, reason in cases:
+        got, _ = raw_exchange(server.port, post(body, close=True), timeout=30)
+        (status, _, raw), = parse_responses(got)
+        detail = json.loads(raw.decode("ascii"))["detail"]
+        assert status == 400 and detail.startswith("the request body is not valid JSON (byte "), detail
+        assert reason in detail and all(0x20 <= ord(c) < 0x7f for c in detail), detail
+
+
 # RFC 9112 3.2.2: a server MUST accept the absolute-form; it is routed by its path.
 def test_absolute_form_target_is_routed_by_its_path(server):
     want = server.score(QUICK)[2]["answers"]
