@@ -545,6 +545,30 @@ def test_connection_burst_is_answered_promptly(bundle):
         s.close()
 
 
+# A client that pipelines requests and never reads holds at most a bounded amount of replies in the
+# kernel: with the send buffer left to autotuning, one such connection took ~74 /openapi.json
+# replies (3.9 MB), and 300 of them 1.2 GB of kernel memory and a 4 s /health stall.
+def test_non_reading_pipeliner_gets_a_bounded_amount_written(bundle):
+    s = ServeProcess(bundle, "--request-timeout", 30)
+    held = []
+    try:
+        for _ in range(20):
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            c.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n" * 200)
+            held.append(c)
+        time.sleep(1.5)
+        written = s.stderr().count("GET /openapi.json 200")
+        assert written <= 20 * 8, written  # ~3 replies (~150 KB) each; 1,400+ before
+        t = time.monotonic()
+        alive(s, within=2)
+        assert time.monotonic() - t < 1
+    finally:
+        for c in held:
+            c.close()
+        s.close()
+
+
 # Out of file descriptors (the limit lowered under a running server, as `prlimit` does): a new
 # client is answered 503 + Retry-After at once instead of waiting unanswered in the backlog until an
 # idle deadline frees a descriptor, and the server serves normally once descriptors are free.
