@@ -6,6 +6,7 @@
 #include "kev/serve/http_server.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -60,6 +61,7 @@ constexpr size_t kExtraRejecting = 64;  // connections answered 503 beyond max_c
 // connections, 12 KB of requests, 1.2 GB of kernel memory and a 4 s stall of the I/O thread copying
 // them. Replies are small (the largest, /openapi.json, is ~52 KB), so this costs nothing else.
 constexpr int kSendBufferBytes = 64 * 1024;
+constexpr size_t kTrimAfterBytes = 1 << 20;  // bodies in a batch after which memory is returned
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -213,6 +215,8 @@ class Admission {
         if (alone) break;
       }
       const size_t n = batch.size();
+      size_t body_bytes = 0;
+      for (const auto& t : batch) body_bytes += t->body ? t->body->size() : 0;
       inflight_ += n;
       ++busy_;
       lock.unlock();
@@ -227,6 +231,10 @@ class Admission {
       lock.unlock();
       for (auto& t : then) guarded("sending a reply", t);
       then.clear();
+      // A big body (and its tokens) leaves freed pages in this thread's and the I/O thread's
+      // malloc arenas; glibc keeps them, so RSS would stay at its high-water mark (347 MiB
+      // after bursts of 4 MiB bodies, against 13 once they are returned).
+      if (body_bytes >= kTrimAfterBytes) malloc_trim(0);
       lock.lock();
     }
   }
