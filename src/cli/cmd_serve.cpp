@@ -129,14 +129,14 @@ int run_serve(ServeCliOptions& o) {
   // The signal handler only sets a flag; this thread turns it into the drain sequence.
   while (!interrupted()) sleep_ms(50);
   server.drain();
-  if (!o.quiet) std::fprintf(stderr, "kev serve: draining\n");
+  if (!o.quiet) server.log_line("kev serve: draining");
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                          std::chrono::duration<double>(o.drain_delay_s));
   while (std::chrono::steady_clock::now() < until) sleep_ms(20);
   server.shutdown();
   server.wait();
-  if (!o.quiet) std::fprintf(stderr, "kev serve: stopped\n");
+  if (!o.quiet) server.log_line("kev serve: stopped");
   return 0;
 }
 

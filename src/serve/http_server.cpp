@@ -17,6 +17,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -284,6 +285,98 @@ class Admission {
   std::vector<std::thread> threads_;
 };
 
+// stderr lines written by a thread of their own, so that a stderr nobody reads (a pipe whose
+// reader never reads: full after 64 KiB, ~1,700 request lines) never blocks the I/O thread: it
+// did, and the whole server stalled, SIGTERM included. Beyond kLogQueueBytes waiting, lines are
+// dropped and counted, and the count is written once stderr takes lines again.
+class LogSink {
+ public:
+  LogSink() : thread_([this] { run(); }) {}
+  ~LogSink() { stop(); }
+
+  void line(std::string text) {
+    text += '\n';
+    {
+      std::lock_guard lock(mutex_);
+      if (stopped_ || queued_ + text.size() > kLogQueueBytes) {
+        ++dropped_;
+        return;
+      }
+      queued_ += text.size();
+      lines_.push_back(std::move(text));
+    }
+    cv_.notify_one();
+  }
+
+  // Writes what is queued, for at most `grace` if stderr does not take it, then ends the thread.
+  void stop(Clock::duration grace = std::chrono::seconds(1)) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!stopping_) give_up_at_.store((Clock::now() + grace).time_since_epoch().count());
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  static constexpr size_t kLogQueueBytes = 1 << 20;
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !lines_.empty(); });
+      if (lines_.empty() && dropped_ == 0) break;
+      std::deque<std::string> batch;
+      batch.swap(lines_);
+      queued_ = 0;
+      const size_t dropped = std::exchange(dropped_, 0);
+      lock.unlock();
+      bool ok = true;
+      if (dropped > 0)
+        ok = write_all(
+            fmt::format("kev serve: {} log lines dropped: stderr was not being read\n", dropped));
+      for (const std::string& text : batch) ok = ok && write_all(text);
+      lock.lock();
+      if (!ok && stopping_ && past_grace()) break;  // stderr still blocked at exit: give up
+    }
+    stopped_ = true;
+  }
+
+  bool past_grace() const { return Clock::now().time_since_epoch().count() >= give_up_at_.load(); }
+
+  // false: stderr failed, or stayed full past the grace time at exit (the text is dropped).
+  bool write_all(std::string_view text) {
+    while (!text.empty()) {
+      pollfd p{STDERR_FILENO, POLLOUT, 0};
+      const int ready = ::poll(&p, 1, 100);
+      if (ready < 0 && errno != EINTR) return false;
+      if (ready <= 0) {
+        if (give_up_at_.load() != kNever && past_grace()) return false;
+        continue;
+      }
+      if (p.revents & (POLLERR | POLLNVAL)) return false;
+      // Writable: a pipe has at least a page free, and a line is shorter, so this does not block.
+      const ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return false;  // EPIPE (reader gone), EBADF: nobody will read it
+      }
+      text.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  static constexpr Clock::rep kNever = std::numeric_limits<Clock::rep>::max();
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::string> lines_;
+  size_t queued_ = 0, dropped_ = 0;
+  bool stopping_ = false, stopped_ = false;
+  std::atomic<Clock::rep> give_up_at_{kNever};
+  std::thread thread_;  // last: started once the members above exist
+};
+
 // A peer that reset the connection (RST) will never read an answer. A FIN alone is not taken as
 // "gone": RFC 9112 allows a client to half-close after sending its request and still read.
 bool peer_reset(int fd) {
@@ -388,6 +481,7 @@ class Connection;
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   ServeOptions options;
+  LogSink log;  // every stderr line of the server
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
@@ -1215,8 +1309,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     logged_ = true;
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
     if (opt().log_format == LogFormat::kText) {
-      std::fprintf(stderr, "kev serve: %s %s %d %.1f ms\n", method_.empty() ? "-" : method_.c_str(),
-                   path_.empty() ? "-" : path_.c_str(), status, ms);
+      srv_->log.line(fmt::format("kev serve: {} {} {} {:.1f} ms", method_.empty() ? "-" : method_,
+                                 path_.empty() ? "-" : path_, status, ms));
       return;
     }
     if (request_id_.empty()) request_id_ = new_request_id();  // the request line was never read
@@ -1242,7 +1336,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                         {"batch", or_null(scored, scored ? scored_->batch : 0)}};
     // Every string above is printable ASCII already; replace guards the line regardless.
     const std::string text = line.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
-    std::fprintf(stderr, "%s\n", text.c_str());
+    srv_->log.line(text);
   }
 
  public:
@@ -1308,8 +1402,8 @@ void HttpServer::Impl::accept_failed(beast::error_code ec) {
   ++accept_failures;
   if (Clock::now() - accept_logged >= std::chrono::seconds(1)) {
     accept_logged = Clock::now();
-    std::fprintf(stderr, "kev serve: accept failed (%zu times): %s; %zu connections open\n",
-                 accept_failures, ec.message().c_str(), connections.size());
+    log.line(fmt::format("kev serve: accept failed ({} times): {}; {} connections open",
+                         accept_failures, ec.message(), connections.size()));
     accept_failures = 0;
   }
   // Out of descriptors, the client would wait unanswered in the backlog until one is freed (by
@@ -1441,6 +1535,7 @@ HttpServer::~HttpServer() {
     wait();
   } catch (...) {  // a destructor does not throw; wait() only joins threads
   }
+  impl_->log.stop();  // what is queued, for at most a second if stderr is not read
 }
 
 int HttpServer::bind() {
@@ -1512,7 +1607,7 @@ void HttpServer::start() {
         s.io.run();
         return;
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "kev serve: internal error in the I/O loop: %s\n", e.what());
+        s.log.line(fmt::format("kev serve: internal error in the I/O loop: {}", e.what()));
       }
     }
   });
@@ -1529,6 +1624,10 @@ void HttpServer::set_ready(const Scorer& scorer, BundleInfo bundle) {
 
 void HttpServer::drain() {
   impl_->lifecycle.store(Lifecycle::kDraining);
+}
+
+void HttpServer::log_line(std::string line) {
+  impl_->log.line(std::move(line));
 }
 
 void HttpServer::shutdown() {

@@ -569,6 +569,44 @@ def test_non_reading_pipeliner_gets_a_bounded_amount_written(bundle):
         s.close()
 
 
+# A stderr that nobody reads (a supervisor's pipe, full after 64 KiB) must not stall the server: the
+# request log blocked the I/O thread after ~1,700 lines, and SIGTERM then hung. Lines beyond the log
+# queue are dropped and counted instead.
+def test_unread_stderr_pipe_does_not_stall(bundle):
+    proc = subprocess.Popen([KEV_BIN, "serve", "--bundle", bundle, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        port = json.loads(proc.stdout.readline())["listening"].rsplit(":", 1)[1]
+        c = socket.create_connection(("127.0.0.1", int(port)), timeout=5)
+
+        def burst(rounds):  # 200 pipelined requests a round, each answered within the timeout
+            for _ in range(rounds):
+                c.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n" * 200)
+                got = b""
+                while got.count(b'{"status":"live"}') < 200:
+                    data = c.recv(65536)
+                    assert data, "closed"
+                    got += data
+
+        burst(200)  # 40,000 log lines (~1.5 MiB): past the pipe and the 1 MiB log queue
+        err = []
+        reader = threading.Thread(target=lambda: err.append(proc.stderr.read().decode()), daemon=True)
+        reader.start()  # stderr read again: the drop count is written with the next lines
+        burst(1)
+        c.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        reader.join(timeout=10)
+        assert re.search(r"^kev serve: \d+ log lines dropped: stderr was not being read$", err[0], re.M), err[0][-500:]
+        assert err[0].rstrip().endswith("kev serve: stopped")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
 # Memory taken by big bodies is given back once they are answered: RSS stayed at its high-water
 # mark (glibc keeps freed pages in its arenas), 347 MiB after bursts of 4 MiB bodies.
 def test_memory_of_big_bodies_is_returned(bundle):
