@@ -607,6 +607,27 @@ def test_unread_stderr_pipe_does_not_stall(bundle):
         proc.stderr.close()
 
 
+# Started with stderr closed (`2>&-`), the server's first descriptor took number 2 and the request log
+# was written into it (Asio's eventfd here; a client's socket in another order). The closed standard
+# descriptors are now opened on /dev/null first.
+def test_closed_stderr_is_not_reused(bundle):
+    proc = subprocess.Popen([KEV_BIN, "serve", "--bundle", bundle, "--port", "0"],
+                            stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2))
+    try:
+        port = int(json.loads(proc.stdout.readline())["listening"].rsplit(":", 1)[1])
+        assert os.readlink(f"/proc/{proc.pid}/fd/2") == "/dev/null"
+        got, closed = raw_exchange(port, b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+                                   b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert [r[0] for r in parse_responses(got)] == [200, 404] and closed
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        proc.stdout.close()
+
+
 # Memory taken by big bodies is given back once they are answered: RSS stayed at its high-water
 # mark (glibc keeps freed pages in its arenas), 347 MiB after bursts of 4 MiB bodies.
 def test_memory_of_big_bodies_is_returned(bundle):
