@@ -62,7 +62,9 @@ constexpr size_t kExtraRejecting = 64;  // connections answered 503 beyond max_c
 // connections, 12 KB of requests, 1.2 GB of kernel memory and a 4 s stall of the I/O thread copying
 // them. Replies are small (the largest, /openapi.json, is ~52 KB), so this costs nothing else.
 constexpr int kSendBufferBytes = 64 * 1024;
-constexpr size_t kTrimAfterBytes = 1 << 20;  // bodies in a batch after which memory is returned
+constexpr size_t kTrimAfterBytes = 1 << 20;
+constexpr auto kEvictIdleAfter = std::chrono::milliseconds(
+    100);  // see idle_between_requests()  // bodies in a batch after which memory is returned
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -880,7 +882,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Idle after serving at least one request: a keep-alive connection whose client can reconnect
   // at no cost (a brand-new connection is not idle in this sense; newcomers must not evict each
   // other at the connection cap).
-  bool idle_between_requests() { return served_ > 0 && idle(); }
+  // Only after kEvictIdleAfter: a client usually sends its next request within milliseconds of
+  // an answer, and a connection closed just as that request is on its way fails it with no
+  // answer (the client cannot tell it was not processed).
+  bool idle_between_requests() {
+    return served_ > 0 && Clock::now() - idle_since_ >= kEvictIdleAfter && idle();
+  }
   bool reading() const { return phase_ == Phase::kReading; }
   Clock::time_point started() const { return start_; }
   void evict() {
@@ -895,8 +902,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // one is already buffered.
   void wait_request() {
     phase_ = Phase::kIdle;
+    idle_since_ = Clock::now();
     if (buffer_.size() > 0) return begin_request();
-    if (!srv_->accepting) return close();
+    if (!srv_->accepting) {  // draining: only a request the client has already sent is read
+      beast::error_code ec;
+      if (stream_.socket().available(ec) == 0 || ec) return close();
+    }
     stream_.expires_after(seconds(opt().idle_timeout_s));
     stream_.async_read_some(buffer_.prepare(4096),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
@@ -1256,8 +1267,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
                          std::chrono::duration<double, std::milli>(Clock::now() - start_).count()));
     res->body() = std::move(r.body);
     // After shutdown(): answer what is already buffered (pipelined), then close.
+    // Near the connection cap (over 7/8 of it) a reply closes its connection: left idle there, it
+    // would be evicted by a newcomer, possibly as its client sends the next request (which then
+    // fails with no answer); a close announced in the reply is not racy.
+    const bool crowded = srv_->connections.size() * 8 > opt().max_connections * 7;
+    // What the client has already sent (pipelined) is answered in any case.
+    beast::error_code ec;
+    const bool more = buffer_.size() > 0 || (stream_.socket().available(ec) > 0 && !ec);
     const bool keep = !r.close && parser_ && parser_->is_done() && parser_->get().keep_alive() &&
-                      (srv_->accepting || buffer_.size() > 0);
+                      ((srv_->accepting && !crowded) || more);
     res->keep_alive(keep);
     res->prepare_payload();
     // A reply to HEAD has the fields of the reply to GET and no body (RFC 9110 9.3.2): a body
@@ -1371,8 +1389,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int status_ = 0;
   bool logged_ = false, counted_ = false;
   size_t discarded_ = 0;
-  size_t reserved_ = 0;  // of srv_->body_bytes
-  size_t served_ = 0;    // replies sent on this connection
+  size_t reserved_ = 0;                          // of srv_->body_bytes
+  size_t served_ = 0;                            // replies sent on this connection
+  Clock::time_point idle_since_ = Clock::now();  // when it last became idle
 };
 
 void HttpServer::Impl::connection_closed(Connection* c) {
