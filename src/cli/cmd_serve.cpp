@@ -4,6 +4,10 @@
 // "http://HOST:PORT", "model": NAME} on stdout. SIGINT/SIGTERM: not ready at once, keep serving
 // for --drain-delay seconds, then stop accepting, answer every accepted request and exit 0;
 // further signals change nothing.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -100,7 +104,22 @@ void sleep_ms(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
+// Started with stdin, stdout or stderr closed (`2>&-`), the first descriptors the server opens
+// would take those numbers: log lines would be written into the event loop's eventfd or a
+// client's socket. Each closed one is opened on /dev/null first.
+void open_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int null = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (null >= 0 && null != fd) {  // lower numbers are open, so this is fd unless one failed
+      ::dup2(null, fd);
+      ::close(null);
+    }
+  }
+}
+
 int run_serve(ServeCliOptions& o) {
+  open_standard_descriptors();
   if (!(o.drain_delay_s >= 0 && o.drain_delay_s <= 3600))
     fail(ErrorKind::kBadInput, "--drain-delay must be between 0 and 3600 seconds");
   o.serve.log_requests = !o.quiet;
@@ -129,14 +148,14 @@ int run_serve(ServeCliOptions& o) {
   // The signal handler only sets a flag; this thread turns it into the drain sequence.
   while (!interrupted()) sleep_ms(50);
   server.drain();
-  if (!o.quiet) std::fprintf(stderr, "kev serve: draining\n");
+  if (!o.quiet) server.log_line("kev serve: draining");
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                          std::chrono::duration<double>(o.drain_delay_s));
   while (std::chrono::steady_clock::now() < until) sleep_ms(20);
   server.shutdown();
   server.wait();
-  if (!o.quiet) std::fprintf(stderr, "kev serve: stopped\n");
+  if (!o.quiet) server.log_line("kev serve: stopped");
   return 0;
 }
 

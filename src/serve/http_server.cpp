@@ -5,15 +5,19 @@
 // unknown transfer codings, Content-Encoding, Expect, header count, target form) are done here.
 #include "kev/serve/http_server.h"
 
+#include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -53,6 +57,14 @@ constexpr const char* kCorsMethods[] = {"DELETE", "GET", "HEAD", "OPTIONS", "PAT
 constexpr size_t kLingerBytes = 1 << 20;  // discarded after an error reply before closing
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr size_t kExtraRejecting = 64;  // connections answered 503 beyond max_connections
+// Kernel send buffer per connection (Linux doubles it). Left to autotuning, a client that pipelines
+// requests and never reads made the kernel take ~4 MiB of replies per connection: 300 such
+// connections, 12 KB of requests, 1.2 GB of kernel memory and a 4 s stall of the I/O thread copying
+// them. Replies are small (the largest, /openapi.json, is ~52 KB), so this costs nothing else.
+constexpr int kSendBufferBytes = 64 * 1024;
+constexpr size_t kTrimAfterBytes = 1 << 20;
+constexpr auto kEvictIdleAfter = std::chrono::milliseconds(
+    100);  // see idle_between_requests()  // bodies in a batch after which memory is returned
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -206,6 +218,8 @@ class Admission {
         if (alone) break;
       }
       const size_t n = batch.size();
+      size_t body_bytes = 0;
+      for (const auto& t : batch) body_bytes += t->body ? t->body->size() : 0;
       inflight_ += n;
       ++busy_;
       lock.unlock();
@@ -220,6 +234,10 @@ class Admission {
       lock.unlock();
       for (auto& t : then) guarded("sending a reply", t);
       then.clear();
+      // A big body (and its tokens) leaves freed pages in this thread's and the I/O thread's
+      // malloc arenas; glibc keeps them, so RSS would stay at its high-water mark (347 MiB
+      // after bursts of 4 MiB bodies, against 13 once they are returned).
+      if (body_bytes >= kTrimAfterBytes) malloc_trim(0);
       lock.lock();
     }
   }
@@ -269,6 +287,98 @@ class Admission {
   std::vector<std::thread> threads_;
 };
 
+// stderr lines written by a thread of their own, so that a stderr nobody reads (a pipe whose
+// reader never reads: full after 64 KiB, ~1,700 request lines) never blocks the I/O thread: it
+// did, and the whole server stalled, SIGTERM included. Beyond kLogQueueBytes waiting, lines are
+// dropped and counted, and the count is written once stderr takes lines again.
+class LogSink {
+ public:
+  LogSink() : thread_([this] { run(); }) {}
+  ~LogSink() { stop(); }
+
+  void line(std::string text) {
+    text += '\n';
+    {
+      std::lock_guard lock(mutex_);
+      if (stopped_ || queued_ + text.size() > kLogQueueBytes) {
+        ++dropped_;
+        return;
+      }
+      queued_ += text.size();
+      lines_.push_back(std::move(text));
+    }
+    cv_.notify_one();
+  }
+
+  // Writes what is queued, for at most `grace` if stderr does not take it, then ends the thread.
+  void stop(Clock::duration grace = std::chrono::seconds(1)) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!stopping_) give_up_at_.store((Clock::now() + grace).time_since_epoch().count());
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  static constexpr size_t kLogQueueBytes = 1 << 20;
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !lines_.empty(); });
+      if (lines_.empty() && dropped_ == 0) break;
+      std::deque<std::string> batch;
+      batch.swap(lines_);
+      queued_ = 0;
+      const size_t dropped = std::exchange(dropped_, 0);
+      lock.unlock();
+      bool ok = true;
+      if (dropped > 0)
+        ok = write_all(
+            fmt::format("kev serve: {} log lines dropped: stderr was not being read\n", dropped));
+      for (const std::string& text : batch) ok = ok && write_all(text);
+      lock.lock();
+      if (!ok && stopping_ && past_grace()) break;  // stderr still blocked at exit: give up
+    }
+    stopped_ = true;
+  }
+
+  bool past_grace() const { return Clock::now().time_since_epoch().count() >= give_up_at_.load(); }
+
+  // false: stderr failed, or stayed full past the grace time at exit (the text is dropped).
+  bool write_all(std::string_view text) {
+    while (!text.empty()) {
+      pollfd p{STDERR_FILENO, POLLOUT, 0};
+      const int ready = ::poll(&p, 1, 100);
+      if (ready < 0 && errno != EINTR) return false;
+      if (ready <= 0) {
+        if (give_up_at_.load() != kNever && past_grace()) return false;
+        continue;
+      }
+      if (p.revents & (POLLERR | POLLNVAL)) return false;
+      // Writable: a pipe has at least a page free, and a line is shorter, so this does not block.
+      const ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return false;  // EPIPE (reader gone), EBADF: nobody will read it
+      }
+      text.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  static constexpr Clock::rep kNever = std::numeric_limits<Clock::rep>::max();
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::string> lines_;
+  size_t queued_ = 0, dropped_ = 0;
+  bool stopping_ = false, stopped_ = false;
+  std::atomic<Clock::rep> give_up_at_{kNever};
+  std::thread thread_;  // last: started once the members above exist
+};
+
 // A peer that reset the connection (RST) will never read an answer. A FIN alone is not taken as
 // "gone": RFC 9112 allows a client to half-close after sending its request and still read.
 bool peer_reset(int fd) {
@@ -286,6 +396,65 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
+}
+
+// The path of a request target without its query: origin-form ("/p?q") as is, absolute-form
+// ("http://host/p?q", which RFC 9112 3.2.2 says a server MUST accept) from its path ("/" when
+// empty). nullopt for any other form (authority-form of CONNECT, asterisk-form "*", garbage).
+std::optional<std::string_view> target_path(std::string_view target) {
+  if (target.empty()) return std::nullopt;
+  if (target[0] != '/') {
+    const size_t scheme = target.find("://");
+    if (scheme == std::string_view::npos ||
+        !(iequals(target.substr(0, scheme), "http") || iequals(target.substr(0, scheme), "https")))
+      return std::nullopt;
+    target.remove_prefix(scheme + 3);
+    const size_t end = target.find_first_of("/?#");
+    if (end == 0) return std::nullopt;  // no authority
+    if (end == std::string_view::npos || target[end] != '/') return std::string_view("/");
+    target.remove_prefix(end);
+  }
+  return target.substr(0, target.find('?'));
+}
+
+// Why a body that nlohmann::json::accept refused is not JSON, for its 400: where and what ("not
+// valid JSON" alone is false for 1e400, which is valid JSON whose value no double holds). Only
+// called on the refusal path; the library's message is cut to its reason and kept to printable
+// ASCII, since its "last read" part echoes client bytes.
+std::string json_syntax_error(const std::string& body) {
+  struct Handler : nlohmann::json_sax<nlohmann::json> {
+    std::size_t at = 0;
+    std::string reason;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return true; }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t position, const std::string&,
+                     const nlohmann::detail::exception& e) override {
+      at = position;
+      std::string_view what = e.what();
+      if (auto colon = what.find(": ");
+          what.find("parse error at") != std::string_view::npos && colon != std::string_view::npos)
+        what.remove_prefix(colon + 2);  // "[json.exception...] parse error at line 1, column 5: "
+      else if (auto bracket = what.find("] "); bracket != std::string_view::npos)
+        what.remove_prefix(bracket + 2);
+      what = what.substr(0, what.find("; last read"));
+      for (char c : what.substr(0, 160)) reason += c >= 0x20 && c < 0x7f ? c : '?';
+      return false;
+    }
+  } handler;
+  nlohmann::json::sax_parse(body, &handler);
+  if (handler.reason.empty()) return "the request body is not valid JSON";
+  return fmt::format("the request body is not valid JSON (byte {}: {})", handler.at,
+                     handler.reason);
 }
 
 enum class Lifecycle { kLoading, kReady, kDraining };
@@ -314,6 +483,7 @@ class Connection;
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   ServeOptions options;
+  LogSink log;  // every stderr line of the server
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
@@ -333,6 +503,12 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   bool accepting = true;
   std::unordered_set<Connection*> connections;
   size_t rejecting = 0;
+  size_t extra_rejecting = std::min(kExtraRejecting, options.max_connections);
+  // Held so that a connection can still be taken and answered when the process is out of file
+  // descriptors (accept_failed); reopened whenever a connection closes.
+  int spare_fd = -1;
+  size_t accept_failures = 0;
+  Clock::time_point accept_logged{};
   size_t body_bytes = 0;  // reserved by requests being read, queued or scoring
 
   // Model passes (batches scored together) and the requests in them; any thread.
@@ -351,8 +527,18 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       auth_digest = h.digest();
     }
   }
+  ~Impl() {
+    if (spare_fd >= 0) ::close(spare_fd);
+  }
 
   void accept();
+  void accept_failed(beast::error_code ec);
+  // A new client: admitted, or room made for it, or answered 503 (out_of_fds: it holds the
+  // spare descriptor, so room is made even under the connection cap).
+  void admit(tcp::socket socket, bool out_of_fds);
+  void reopen_spare();
+  // A 503 written at once on a socket that does not become a connection.
+  void refuse_now(tcp::socket& socket);
   void on_shutdown();
   void connection_closed(Connection* c);
   void maybe_finish() {
@@ -375,7 +561,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   // any other serve the one checkpoint).
   std::variant<ApiRequest, Reply> parse(const std::string& body) const {
     // Syntax first (linear, builds nothing), so that every later refusal is a 422.
-    if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
+    if (!nlohmann::json::accept(body)) return detail(400, json_syntax_error(body));
     try {
       OrderedJson json = parse_json_strict(body, "the request body", options.json);
       if (options.date_facts) add_date_facts(json);
@@ -389,7 +575,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   // its single-question passes run one after the other, not batched with other requests.
   Reply score_alone(Endpoint endpoint, const std::string& body,
                     const std::function<bool()>& gone) const {
-    if (!nlohmann::json::accept(body)) return detail(400, "the request body is not valid JSON");
+    if (!nlohmann::json::accept(body)) return detail(400, json_syntax_error(body));
     try {
       const Scorer& s = *scorer.load();
       OrderedJson json = parse_json_strict(body, "the request body", options.json);
@@ -696,7 +882,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Idle after serving at least one request: a keep-alive connection whose client can reconnect
   // at no cost (a brand-new connection is not idle in this sense; newcomers must not evict each
   // other at the connection cap).
-  bool idle_between_requests() { return served_ > 0 && idle(); }
+  // Only after kEvictIdleAfter: a client usually sends its next request within milliseconds of
+  // an answer, and a connection closed just as that request is on its way fails it with no
+  // answer (the client cannot tell it was not processed).
+  bool idle_between_requests() {
+    return served_ > 0 && Clock::now() - idle_since_ >= kEvictIdleAfter && idle();
+  }
   bool reading() const { return phase_ == Phase::kReading; }
   Clock::time_point started() const { return start_; }
   void evict() {
@@ -711,8 +902,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // one is already buffered.
   void wait_request() {
     phase_ = Phase::kIdle;
+    idle_since_ = Clock::now();
     if (buffer_.size() > 0) return begin_request();
-    if (!srv_->accepting) return close();
+    if (!srv_->accepting) {  // draining: only a request the client has already sent is read
+      beast::error_code ec;
+      if (stream_.socket().available(ec) == 0 || ec) return close();
+    }
     stream_.expires_after(seconds(opt().idle_timeout_s));
     stream_.async_read_some(buffer_.prepare(4096),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
@@ -736,6 +931,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     queue_ms_ = -1;
     origin_.reset();
     cookie_ = false;
+    head_ = false;
     logged_ = false;
     counted_ = false;
     // One deadline for the whole request, headers and body: a client trickling bytes cannot
@@ -747,13 +943,60 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // refused by check_header() once every field is in, so that the 413 still carries the
     // client's request id; the limit proper is set before any body byte is read.
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              if (self->phase_ != Phase::kClosed) self->on_header(ec);
+    read_header();
+  }
+
+  // Feeds Beast's parser until the header is complete. Beast parses; this loop (what
+  // http::async_read_header does) exists so that the header's raw bytes can be seen once Beast
+  // has delimited them: Beast silently unfolds obs-fold continuation lines, which RFC 9112 5.2
+  // lets a server refuse, and which a front proxy may read differently (a folded
+  // Transfer-Encoding is a classic smuggling vector). Beast consumes nothing of a header until
+  // all of it is in the buffer, so the bytes it consumes at once are exactly the header.
+  void read_header() {
+    if (buffer_.size() > 0) {
+      beast::error_code ec;
+      const size_t n = parser_->put(buffer_.data(), ec);
+      if (!ec && parser_->is_header_done()) {
+        const bool folded =
+            has_obs_fold(std::string_view(static_cast<const char*>(buffer_.data().data()), n));
+        buffer_.consume(n);
+        if (folded)
+          return send(detail(400,
+                             "obsolete line folding (a header line starting with a space "
+                             "or tab) is not accepted",
+                             true));
+        return on_header({});
+      }
+      buffer_.consume(n);
+      if (ec && ec != http::error::need_more) return on_read_error(ec);
+    }
+    if (buffer_.size() >= buffer_.max_size()) return on_read_error(http::error::buffer_overflow);
+    const size_t room = std::min<size_t>(65536, buffer_.max_size() - buffer_.size());
+    stream_.async_read_some(buffer_.prepare(room),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              if (self->phase_ == Phase::kClosed) return;
+                              self->buffer_.commit(n);
+                              if (ec == asio::error::eof && self->buffer_.size() > 0)
+                                ec = http::error::partial_message;
+                              if (ec) return self->on_read_error(ec);
+                              self->read_header();
                             });
   }
 
+  // A line of a complete header section that starts with a space or tab (after the request
+  // line: Beast itself refuses one right after it).
+  static bool has_obs_fold(std::string_view header) {
+    for (size_t i = header.find("\r\n"); i != std::string_view::npos && i + 2 < header.size();
+         i = header.find("\r\n", i + 2))
+      if (header[i + 2] == ' ' || header[i + 2] == '\t') return true;
+    return false;
+  }
+
   void on_read_error(beast::error_code ec) {
+    if ((ec == http::error::header_limit || ec == beast::http::error::buffer_overflow) && parser_ &&
+        parser_->is_header_done())
+      return send(
+          detail(400, "a chunk-size line (with its extensions) or the trailer is too long", true));
     if (ec == http::error::header_limit || ec == beast::http::error::buffer_overflow)
       return send(detail(
           431,
@@ -778,7 +1021,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         printable(std::string_view(req.method_string().data(), req.method_string().size()), 32);
     const std::string_view target(req.target().data(), req.target().size());
     path_ = printable(target);
-    route_ = srv_->metrics.route(target.substr(0, target.find('?')));
+    route_ = srv_->metrics.route(target_path(target).value_or(std::string_view()));
+    head_ = req.method() == http::verb::head;
     // x-typesafe-request-id: the client's, echoed when sane, else a fresh one (request_id.h).
     auto id = req.find(kRequestIdHeader);
     request_id_ =
@@ -799,7 +1043,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     srv_->body_bytes += want;
     parser_->body_limit(opt().max_body);
     if (parser_->is_done()) return handle();
-    if (auto e = req.find(http::field::expect); e != req.end()) {
+    // RFC 9110 10.1.1: an HTTP/1.0 request's 100-continue expectation is ignored (a 1.0 client
+    // does not know the interim response).
+    if (auto e = req.find(http::field::expect); e != req.end() && req.version() == 11) {
       // RFC 9110 10.1.1: the client waits for this before sending the body (curl does, over 1 MiB).
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
                                                                      req.version());
@@ -839,6 +1085,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (req.version() == 11 && hosts != 1)
       return detail(400, "an HTTP/1.1 request needs exactly one Host header", true);
     if (lengths > 1) return detail(400, "more than one Content-Length header", true);
+    if (lengths == 1) {
+      // Beast takes "73, 73" (a list of equal values, which RFC 9110 8.6 lets a recipient
+      // collapse) as 73; a proxy in front may not, so only plain digits are accepted.
+      auto cl = req[http::field::content_length];
+      const std::string_view v = trim(std::string_view(cl.data(), cl.size()));
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos)
+        return detail(400, "Content-Length must be one decimal number", true);
+    }
     if (codings > 0) {
       // Beast frames the body by chunked only when it is the last coding, and reads any other
       // value as "no body": a smuggling vector behind proxies that disagree. Only plain
@@ -860,9 +1114,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (auto len = parser_->content_length(); len && *len > opt().max_body)
       return detail(413, fmt::format("the request body is larger than {} bytes", opt().max_body),
                     true);
-    const auto target = req.target();
-    if (target.empty() || target[0] != '/')
-      return detail(400, "the request target must be a path starting with /", true);
+    if (!target_path(std::string_view(req.target().data(), req.target().size())))
+      return detail(400, "the request target must be a path starting with / or an http URI", true);
     return std::nullopt;
   }
 
@@ -890,8 +1143,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void handle() {
     const Request& req = parser_->get();
-    const std::string_view target(req.target().data(), req.target().size());
-    const std::string_view path = target.substr(0, target.find('?'));
+    // check_header() refused every target without a path.
+    const std::string_view path =
+        *target_path(std::string_view(req.target().data(), req.target().size()));
     if (req.method() == http::verb::options && origin_ &&
         req.find(http::field::access_control_request_method) != req.end())
       return send(preflight(req));
@@ -905,11 +1159,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     for (const Route& r : kRoutes)
       if (path == r.path) route = &r;
     if (!route) return send(detail(404, fmt::format("no such path: {}", printable(path))));
-    if (req.method() != route->method) {
-      const char* allowed = route->method == http::verb::get ? "GET" : "POST";
+    // HEAD is GET without the body (RFC 9110 9.3.2; Starlette adds it to every GET route).
+    const bool get = route->method == http::verb::get;
+    if (req.method() != route->method && !(get && head_)) {
+      const char* allowed = get ? "GET" : "POST";
       Reply r =
           detail(405, fmt::format("{} does not accept {}; use {}", route->path, method_, allowed));
-      r.allow = allowed;
+      r.allow = get ? "GET, HEAD" : "POST";
       return send(std::move(r));
     }
     const std::string_view p = route->path;
@@ -1011,10 +1267,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
                          std::chrono::duration<double, std::milli>(Clock::now() - start_).count()));
     res->body() = std::move(r.body);
     // After shutdown(): answer what is already buffered (pipelined), then close.
+    // Near the connection cap (over 7/8 of it) a reply closes its connection: left idle there, it
+    // would be evicted by a newcomer, possibly as its client sends the next request (which then
+    // fails with no answer); a close announced in the reply is not racy.
+    const bool crowded = srv_->connections.size() * 8 > opt().max_connections * 7;
+    // What the client has already sent (pipelined) is answered in any case.
+    beast::error_code ec;
+    const bool more = buffer_.size() > 0 || (stream_.socket().available(ec) > 0 && !ec);
     const bool keep = !r.close && parser_ && parser_->is_done() && parser_->get().keep_alive() &&
-                      (srv_->accepting || buffer_.size() > 0);
+                      ((srv_->accepting && !crowded) || more);
     res->keep_alive(keep);
     res->prepare_payload();
+    // A reply to HEAD has the fields of the reply to GET and no body (RFC 9110 9.3.2): a body
+    // here would be read as the start of the next response by the client or a proxy.
+    if (head_) res->body().clear();
     // The request (and any body an unscored request carried) is no longer needed: free it now,
     // since release() has already returned its bytes to --max-body-total.
     parser_.reset();
@@ -1061,8 +1327,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     logged_ = true;
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
     if (opt().log_format == LogFormat::kText) {
-      std::fprintf(stderr, "kev serve: %s %s %d %.1f ms\n", method_.empty() ? "-" : method_.c_str(),
-                   path_.empty() ? "-" : path_.c_str(), status, ms);
+      srv_->log.line(fmt::format("kev serve: {} {} {} {:.1f} ms", method_.empty() ? "-" : method_,
+                                 path_.empty() ? "-" : path_, status, ms));
       return;
     }
     if (request_id_.empty()) request_id_ = new_request_id();  // the request line was never read
@@ -1088,7 +1354,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                         {"batch", or_null(scored, scored ? scored_->batch : 0)}};
     // Every string above is printable ASCII already; replace guards the line regardless.
     const std::string text = line.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
-    std::fprintf(stderr, "%s\n", text.c_str());
+    srv_->log.line(text);
   }
 
  public:
@@ -1119,11 +1385,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   double queue_ms_ = -1;               // time in the scoring queue; < 0: never queued
   std::optional<std::string> origin_;  // the request's Origin header
   bool cookie_ = false;                // the request carries a Cookie header
+  bool head_ = false;                  // the request is a HEAD: its reply carries no body
   int status_ = 0;
   bool logged_ = false, counted_ = false;
   size_t discarded_ = 0;
-  size_t reserved_ = 0;  // of srv_->body_bytes
-  size_t served_ = 0;    // replies sent on this connection
+  size_t reserved_ = 0;                          // of srv_->body_bytes
+  size_t served_ = 0;                            // replies sent on this connection
+  Clock::time_point idle_since_ = Clock::now();  // when it last became idle
 };
 
 void HttpServer::Impl::connection_closed(Connection* c) {
@@ -1132,62 +1400,120 @@ void HttpServer::Impl::connection_closed(Connection* c) {
   } else {
     connections.erase(c);
   }
+  reopen_spare();  // a descriptor was just freed
   maybe_finish();
 }
 
 void HttpServer::Impl::accept() {
   acceptor.async_accept(io, [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
     if (!self->accepting) return;
-    if (ec) {
-      // Out of file descriptors or similar: retry shortly rather than spin.
-      std::fprintf(stderr, "kev serve: accept failed: %s\n", ec.message().c_str());
-      self->accept_retry.expires_after(std::chrono::milliseconds(100));
-      self->accept_retry.async_wait([self](beast::error_code) {
-        if (self->accepting) self->accept();
-      });
-      return;
-    }
-    beast::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    bool reject = false;
-    if (self->connections.size() >= self->options.max_connections) {
-      // Make room by closing an idle keep-alive connection (its client reconnects at no
-      // cost), else the one that has been sending its request the longest: at the cap that is
-      // a slow-header/slow-body client, while a normal request is read in milliseconds. When
-      // there is neither, the new connection is refused (503).
-      Connection* victim = nullptr;
-      for (Connection* c : self->connections)
-        if (c->idle_between_requests()) {
-          victim = c;
-          break;
-        }
-      // A reader is only a victim after a grace time, so a normal request caught mid-read
-      // at the cap is not cut off by a newcomer.
-      const auto grace =
-          Clock::now() - std::min(seconds(1.0), seconds(self->options.request_timeout_s / 2));
-      if (!victim)
-        for (Connection* c : self->connections)
-          if (c->reading() && c->started() < grace && (!victim || c->started() < victim->started()))
-            victim = c;
-      if (victim) {
-        victim->evict();
-      } else {
-        reject = true;
-      }
-    }
-    if (reject && self->rejecting >= kExtraRejecting) {
-      socket.close(ignored);
-    } else {
-      auto c = std::make_shared<Connection>(self, std::move(socket), reject);
-      if (reject) {
-        ++self->rejecting;
-      } else {
-        self->connections.insert(c.get());
-      }
-      c->start();
-    }
+    if (ec) return self->accept_failed(ec);
+    self->admit(std::move(socket), false);
     self->accept();
   });
+}
+
+void HttpServer::Impl::accept_failed(beast::error_code ec) {
+  const bool no_fds =
+      ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
+  // One line a second at most: a client flood against an exhausted descriptor table must not
+  // turn into a flood of log lines.
+  ++accept_failures;
+  if (Clock::now() - accept_logged >= std::chrono::seconds(1)) {
+    accept_logged = Clock::now();
+    log.line(fmt::format("kev serve: accept failed ({} times): {}; {} connections open",
+                         accept_failures, ec.message(), connections.size()));
+    accept_failures = 0;
+  }
+  // Out of descriptors, the client would wait unanswered in the backlog until one is freed (by
+  // an idle or request deadline: seconds). The spare descriptor held for this moment is given
+  // up to take it: room is made as at the connection cap, else it is answered 503.
+  if (no_fds && spare_fd >= 0) {
+    ::close(spare_fd);
+    spare_fd = -1;
+    tcp::socket socket(io);
+    beast::error_code aec;
+    acceptor.accept(socket, aec);  // non-blocking: would_block if the client has gone
+    if (!aec) {
+      admit(std::move(socket), true);
+      return accept();
+    }
+    reopen_spare();
+  }
+  // Retry shortly rather than spin.
+  accept_retry.expires_after(std::chrono::milliseconds(100));
+  accept_retry.async_wait([self = shared_from_this()](beast::error_code) {
+    if (self->accepting) self->accept();
+  });
+}
+
+void HttpServer::Impl::refuse_now(tcp::socket& socket) {
+  beast::error_code ignored;
+  socket.non_blocking(true, ignored);
+  // What the client already sent is read and dropped, so that closing does not reset the
+  // connection (a reset can discard the reply before the client reads it).
+  std::array<char, 4096> sink;
+  for (int i = 0; i < 16 && socket.read_some(asio::buffer(sink), ignored) > 0;) ++i;
+  const std::string body = R"({"detail":"too many connections; retry later"})";
+  const std::string reply = fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: "
+      "1\r\n{}: {}\r\nserver-timing: app;dur=0.0\r\nConnection: close\r\nContent-Length: "
+      "{}\r\n\r\n{}",
+      kRequestIdHeader, new_request_id(), body.size(), body);
+  socket.write_some(asio::buffer(reply), ignored);  // a few hundred bytes: fits any send buffer
+  metrics.request(metrics.other(), 503, 0);
+  socket.shutdown(tcp::socket::shutdown_send, ignored);
+  socket.close(ignored);
+}
+
+void HttpServer::Impl::reopen_spare() {
+  if (spare_fd < 0) spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+void HttpServer::Impl::admit(tcp::socket socket, bool out_of_fds) {
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  socket.set_option(asio::socket_base::send_buffer_size(kSendBufferBytes), ignored);
+  bool reject = false;
+  if (connections.size() >= options.max_connections || out_of_fds) {
+    // Make room by closing an idle keep-alive connection (its client reconnects at no
+    // cost), else the one that has been sending its request the longest: at the cap that is
+    // a slow-header/slow-body client, while a normal request is read in milliseconds. When
+    // there is neither, the new connection is refused (503).
+    Connection* victim = nullptr;
+    for (Connection* c : connections)
+      if (c->idle_between_requests()) {
+        victim = c;
+        break;
+      }
+    // A reader is only a victim after a grace time, so a normal request caught mid-read
+    // at the cap is not cut off by a newcomer.
+    const auto grace =
+        Clock::now() - std::min(seconds(1.0), seconds(options.request_timeout_s / 2));
+    if (!victim)
+      for (Connection* c : connections)
+        if (c->reading() && c->started() < grace && (!victim || c->started() < victim->started()))
+          victim = c;
+    if (victim) {
+      victim->evict();
+    } else {
+      reject = true;
+    }
+  }
+  // Beyond the connections answered 503 at their own pace, or holding the spare descriptor:
+  // answered at once instead, so that the descriptor is free again before the next accept.
+  if (reject && (out_of_fds || rejecting >= extra_rejecting)) {
+    refuse_now(socket);
+    reopen_spare();
+    return;
+  }
+  auto c = std::make_shared<Connection>(shared_from_this(), std::move(socket), reject);
+  if (reject) {
+    ++rejecting;
+  } else {
+    connections.insert(c.get());
+  }
+  c->start();
 }
 
 void HttpServer::Impl::on_shutdown() {
@@ -1228,6 +1554,7 @@ HttpServer::~HttpServer() {
     wait();
   } catch (...) {  // a destructor does not throw; wait() only joins threads
   }
+  impl_->log.stop();  // what is queued, for at most a second if stderr is not read
 }
 
 int HttpServer::bind() {
@@ -1237,14 +1564,17 @@ int HttpServer::bind() {
   // Each connection is a file descriptor; raise the soft limit as far as allowed.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    const rlim_t need = o.max_connections + kExtraRejecting + 64;
+    // Connections, those answered 503 beyond the cap, and the process's own few (standard
+    // streams, the event loop's, the listener, the spare: 8 measured, 16 allowed).
+    const rlim_t need = o.max_connections + impl_->extra_rejecting + 16;
     if (rl.rlim_cur < need) {
       rl.rlim_cur = std::min<rlim_t>(need, rl.rlim_max);
       setrlimit(RLIMIT_NOFILE, &rl);
     }
     if (rl.rlim_cur < need)
       fail(ErrorKind::kBadInput,
-           "--max-connections {} needs {} file descriptors but the limit is {} (ulimit -n)",
+           "--max-connections {} needs {} file descriptors but the limit is {}: raise ulimit -n "
+           "or lower --max-connections",
            o.max_connections, need, rl.rlim_cur);
   }
   beast::error_code ec;
@@ -1284,6 +1614,9 @@ void HttpServer::start() {
       then.push_back(tasks[i]->reply(std::move(replies[i])));
     return then;
   });
+  s.reopen_spare();
+  beast::error_code ignored;
+  s.acceptor.non_blocking(true, ignored);  // for accept_failed()'s one synchronous accept
   s.accept();
   s.io_thread = std::thread([&s] {
     // A handler that throws (e.g. bad_alloc) costs its connection, not the process: log it and
@@ -1293,7 +1626,7 @@ void HttpServer::start() {
         s.io.run();
         return;
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "kev serve: internal error in the I/O loop: %s\n", e.what());
+        s.log.line(fmt::format("kev serve: internal error in the I/O loop: {}", e.what()));
       }
     }
   });
@@ -1310,6 +1643,10 @@ void HttpServer::set_ready(const Scorer& scorer, BundleInfo bundle) {
 
 void HttpServer::drain() {
   impl_->lifecycle.store(Lifecycle::kDraining);
+}
+
+void HttpServer::log_line(std::string line) {
+  impl_->log.line(std::move(line));
 }
 
 void HttpServer::shutdown() {

@@ -120,6 +120,9 @@ class HttpServer {
   void drain();
   void shutdown();
   void wait();
+  // One line (no newline) on stderr, written by the server's log thread: never blocks the
+  // caller, even when nobody reads stderr (the request log uses the same queue).
+  void log_line(std::string line);
 
  private:
   friend class Connection;
