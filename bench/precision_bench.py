@@ -5,9 +5,9 @@ Usage:
       [--reference N] [--temperature T] [--layers L]
   /usr/bin/python3 bench/precision_bench.py speed KEV MODEL_DIR [--tokens 512] [--threads 2]
 
-parity: synthesizes (once, under WORK) a checkpoint with the shape's per-layer dimensions and 32
-layers (`kev export` takes Kev-4B's 32-layer, 248-target inventory, so a 0.8b shape is exported
-with 32 layers instead of 24), pins and exports it, scores >= --questions generated questions
+parity: synthesizes (once, under WORK) a checkpoint with the shape's per-layer dimensions and
+--layers layers (32 by default, pinned as Kev-4B; `--shape 0.8b --layers 24` is pinned as
+Kev-0.8B, the real depth), pins and exports it, scores >= --questions generated questions
 in every mode with `kev score`, and prints per mode the distribution of max |dp| per question
 against kev fp32 (and against the float64 torch reference on the first --reference questions'
 requests), the reference's top-2 margin distribution and the argmax flips (with margins).
@@ -43,11 +43,16 @@ def parity(a):
         if os.path.exists(kevtest.QWEN3_TOKENIZER):
             extra += ["--tokenizer", kevtest.QWEN3_TOKENIZER]
         t0 = time.time()
-        kevtest.synth_bundle(work, *extra)
+        # A 24-layer 0.8b shape is Kev-0.8B's inventory (186 targets); 32 layers are Kev-4B's.
+        model = "kev-0.8b" if a.shape == "0.8b" and a.layers == 24 else "kev-4b"
+        pin = ("--model", model)
+        if model == "kev-0.8b":  # its released revisions are not pinned: name synthetic ones
+            pin += ("--base-revision", "0" * 40, "--checkpoint-revision", "0" * 40)
+        kevtest.synth_bundle(work, *extra, pin_args=pin)
         print(f"synth + pin + export: {time.time() - t0:.0f} s", flush=True)
     reqs = pp.requests(a.questions, seed=a.seed)
     got, secs = {}, {}
-    for mode in MODES:
+    for mode in a.modes:
         t0 = time.time()
         got[mode] = pp.score(bundle, reqs, mode)
         secs[mode] = time.time() - t0
@@ -57,7 +62,7 @@ def parity(a):
             json.dump(got, f)
     result = {"shape": a.shape, "layers": a.layers, "temperature": a.temperature, "modes": {},
               "score_s": secs}
-    for mode in MODES[1:]:
+    for mode in [m for m in a.modes if m != "fp32"]:
         c = pp.compare(got[mode], got["fp32"])
         result["modes"][mode] = {"vs_fp32": pp.summary(c), "within_budget_vs_fp32": pp.within_budget(c)}
         # The same answers at softer head temperatures (p ~ softmax(l / T): log p rescales exactly).
@@ -75,7 +80,7 @@ def parity(a):
             sub.append(r)
             n += len(r["questions"])
         f64 = pp.reference_probs(ScoringReference(os.path.join(work, "synth")).score(sub))
-        for mode in MODES:
+        for mode in a.modes:
             c = pp.compare(got[mode][:len(f64)], f64)
             result["modes"].setdefault(mode, {})["vs_float64"] = pp.summary(c)
             result["modes"][mode]["within_budget_vs_float64"] = pp.within_budget(c)
@@ -133,6 +138,8 @@ def main():
     p.add_argument("--synth-arg", action="append", default=[],
                    help="extra `kev synth` argument (repeat), e.g. --synth-arg=--linear-key-dim=32")
     p.add_argument("--save", help="write every mode's probabilities here (JSON)")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
+                   help="modes to score (fp32 first: the others are compared with it)")
     p.add_argument("--soften", type=float, nargs="*", default=[],
                    help="also report at these (higher) head temperatures, by rescaling log p")
     s = sub.add_parser("speed")
