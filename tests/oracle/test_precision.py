@@ -90,11 +90,11 @@ def backbone(tmp_path_factory):
     return path, ref.Reference(*ref.load_model_dir(path))
 
 
-def forward(path, tmp_path, payload, *extra):
+def forward(path, tmp_path, payload, *extra, env=None):
     n = len(os.listdir(tmp_path))
     inp, out = tmp_path / f"in{n}.json", tmp_path / f"out{n}.safetensors"
     inp.write_text(json.dumps(payload))
-    kevtest.run_kev("forward", "--bundle", path, "--input", inp, "--output", out, *extra)
+    kevtest.run_kev("forward", "--bundle", path, "--input", inp, "--output", out, *extra, env=env)
     return kevtest.read_safetensors(str(out))
 
 
@@ -122,6 +122,25 @@ def test_backbone_at_08b_dims(backbone, tmp_path, mode):
                     "--precision", mode, "--threads", "3")
     for i in range(len(rows)):
         assert torch.equal(three[f"row.{len(rows) - 1 - i}"], out[f"row.{i}"])
+
+
+def test_int8_projection_selection(backbone, tmp_path):
+    """KEV_INT8_CLASSES (model.h): a projection left out runs the exact FP32 path, so quantizing
+    nothing is bitwise fp32, and every projection quantized differs from the default choice."""
+    path, _ = backbone
+    payload = {"prefix": ids(12, 5, DIMS_08B["vocab"]), "rows": [{"ids": ids(7, 6, DIMS_08B["vocab"])}]}
+    fp32 = forward(path, tmp_path, payload)["row.0"]
+    assert torch.equal(forward(path, tmp_path, payload, "--precision", "int8", env={"KEV_INT8_CLASSES": "none"})["row.0"],
+                       fp32)
+    default = forward(path, tmp_path, payload, "--precision", "int8")["row.0"]
+    every = forward(path, tmp_path, payload, "--precision", "int8", env={"KEV_INT8_CLASSES": "all"})["row.0"]
+    assert not torch.equal(default, fp32) and not torch.equal(default, every)
+    for bad in ("mlp_sideways", "mlp_up@2-9", "gdn_q@1-3,gdn_v@1-3"):  # unknown, past the layers, gap
+        inp = tmp_path / "bad.json"
+        inp.write_text(json.dumps(payload))
+        proc = kevtest.run_kev("forward", "--bundle", path, "--input", inp, "--output", tmp_path / "bad.safetensors",
+                               "--precision", "int8", env={"KEV_INT8_CLASSES": bad}, check=False)
+        assert proc.returncode == 2 and "int8 projection spec" in proc.stderr, (bad, proc.stderr)
 
 
 def test_unknown_precision_is_refused(backbone, tmp_path):
