@@ -88,13 +88,16 @@ def parity(a):
 
 
 def timed_forward(kev, model, ids, mode, threads, tmp):
+    env = dict(os.environ)
+    if mode == "int8-all":  # every projection quantized (the pre-selection int8; model.h)
+        mode, env["KEV_INT8_CLASSES"] = "int8", "all"
     inp = os.path.join(tmp, "in.json")
     with open(inp, "w") as f:
         json.dump({"rows": [{"ids": ids}]}, f)
     t0 = time.time()
     proc = subprocess.run(["/usr/bin/time", "-v", kev, "forward", "--bundle", model, "--input", inp,
                            "--output", os.path.join(tmp, "out.safetensors"), "--precision", mode,
-                           "--threads", str(threads)], capture_output=True, text=True, check=True)
+                           "--threads", str(threads)], capture_output=True, text=True, check=True, env=env)
     wall = time.time() - t0
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
     cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", proc.stderr).group(1)) for k in ("User", "System"))
@@ -103,10 +106,11 @@ def timed_forward(kev, model, ids, mode, threads, tmp):
 
 def speed(a):
     ids = [(i * 7919) % 100000 + 10 for i in range(a.tokens)]
-    best = {m: {"prefill_s": 1e9, "prefill_cpu_s": 1e9, "rss_kib": 0} for m in MODES}
+    modes = tuple(a.modes) + (("int8-all",) if a.int8_all else ())
+    best = {m: {"prefill_s": 1e9, "prefill_cpu_s": 1e9, "rss_kib": 0} for m in modes}
     with tempfile.TemporaryDirectory(prefix="prec-speed-") as tmp:
         for _ in range(a.rounds):
-            for mode in MODES:
+            for mode in modes:
                 w1, c1, _ = timed_forward(a.kev, a.model, ids[:1], mode, a.threads, tmp)
                 wn, cn, rss = timed_forward(a.kev, a.model, ids, mode, a.threads, tmp)
                 b = best[mode]
@@ -115,10 +119,11 @@ def speed(a):
                 b["rss_kib"] = max(b["rss_kib"], rss)
                 print(mode, f"wall {wn - w1:.2f} s cpu {cn - c1:.2f} s rss {rss} KiB", flush=True)
     cpu = subprocess.run([a.kev, "cpu"], capture_output=True, text=True).stdout.strip()
-    for m in MODES:
+    for m in modes:
         best[m]["tok_s"] = a.tokens / best[m]["prefill_s"]
         best[m]["tok_per_cpu_s"] = a.tokens / best[m]["prefill_cpu_s"]
-        best[m]["speedup_vs_fp32_cpu"] = best["fp32"]["prefill_cpu_s"] / best[m]["prefill_cpu_s"]
+        if "fp32" in best:
+            best[m]["speedup_vs_fp32_cpu"] = best["fp32"]["prefill_cpu_s"] / best[m]["prefill_cpu_s"]
     print(json.dumps({"model": a.model, "tokens": a.tokens, "threads": a.threads, "kev_cpu": cpu, "modes": best},
                      indent=1))
 
@@ -148,6 +153,9 @@ def main():
     s.add_argument("--tokens", type=int, default=512)
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--int8-all", action="store_true",
+                   help="also time int8 with every projection quantized (KEV_INT8_CLASSES=all)")
+    s.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     a = ap.parse_args()
     parity(a) if a.cmd == "parity" else speed(a)
 
