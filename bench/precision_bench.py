@@ -39,7 +39,7 @@ def parity(a):
     if not os.path.exists(bundle):
         os.makedirs(work, exist_ok=True)
         extra = ["--shape", a.shape, "--layers", str(a.layers), "--temperature", str(a.temperature),
-                 "--seed", "5", *a.synth_arg]
+                 "--seed", str(a.synth_seed), *a.synth_arg]
         if os.path.exists(kevtest.QWEN3_TOKENIZER):
             extra += ["--tokenizer", kevtest.QWEN3_TOKENIZER]
         t0 = time.time()
@@ -139,7 +139,8 @@ def main():
     p.add_argument("--questions", type=int, default=500)
     p.add_argument("--reference", type=int, default=0, help="questions also compared with float64")
     p.add_argument("--temperature", type=float, default=0.5)
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seed", type=int, default=7, help="seed of the generated questions")
+    p.add_argument("--synth-seed", type=int, default=5, help="seed of the synthetic weights")
     p.add_argument("--synth-arg", action="append", default=[],
                    help="extra `kev synth` argument (repeat), e.g. --synth-arg=--linear-key-dim=32")
     p.add_argument("--save", help="write every mode's probabilities here (JSON)")
