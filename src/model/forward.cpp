@@ -673,7 +673,7 @@ Int8Selection int8_selection(const std::string& spec, int64_t layers) {
       if (std::sscanf(entry.c_str() + at + 1, "%lld-%lld%c", &first, &last, &tail) != 2 ||
           first < 0 || last < first || last >= layers)
         fail(ErrorKind::kBadInput,
-             "int8 projection spec '{}': expected class@first-last within layers 0-{}", entry,
+             "KEV_INT8_CLASSES entry '{}': expected class@first-last within layers 0-{}", entry,
              layers - 1);
     }
     bool found = false;
@@ -684,7 +684,7 @@ Int8Selection int8_selection(const std::string& spec, int64_t layers) {
       found = true;
       for (long long l = first; l <= last; ++l) s.layers[c][static_cast<size_t>(l)] = true;
     }
-    if (!found) fail(ErrorKind::kBadInput, "int8 projection spec: unknown class '{}'", name);
+    if (!found) fail(ErrorKind::kBadInput, "KEV_INT8_CLASSES: unknown projection class '{}'", name);
   }
   return s;
 }
@@ -755,7 +755,7 @@ void Model::set_options(const ForwardOptions& o) {
           r0 = r;
         else if (r1 != r)
           fail(ErrorKind::kBadInput,
-               "int8 projection spec: layer {} quantizes rows of {} that "
+               "KEV_INT8_CLASSES: layer {} quantizes rows of {} that "
                "are not contiguous",
                layer, kInt8ClassNames[static_cast<int>(cls)]);
         r1 = r + n;

@@ -140,7 +140,7 @@ def test_int8_projection_selection(backbone, tmp_path):
         inp.write_text(json.dumps(payload))
         proc = kevtest.run_kev("forward", "--bundle", path, "--input", inp, "--output", tmp_path / "bad.safetensors",
                                "--precision", "int8", env={"KEV_INT8_CLASSES": bad}, check=False)
-        assert proc.returncode == 2 and "int8 projection spec" in proc.stderr, (bad, proc.stderr)
+        assert proc.returncode == 2 and "KEV_INT8_CLASSES" in proc.stderr, (bad, proc.stderr)
 
 
 def test_unknown_precision_is_refused(backbone, tmp_path):
