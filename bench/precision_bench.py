@@ -5,9 +5,9 @@ Usage:
       [--reference N] [--temperature T] [--layers L]
   /usr/bin/python3 bench/precision_bench.py speed KEV MODEL_DIR [--tokens 512] [--threads 2]
 
-parity: synthesizes (once, under WORK) a checkpoint with the shape's per-layer dimensions and 32
-layers (`kev export` takes Kev-4B's 32-layer, 248-target inventory, so a 0.8b shape is exported
-with 32 layers instead of 24), pins and exports it, scores >= --questions generated questions
+parity: synthesizes (once, under WORK) a checkpoint with the shape's per-layer dimensions and
+--layers layers (32 by default, pinned as Kev-4B; `--shape 0.8b --layers 24` is pinned as
+Kev-0.8B, the real depth), pins and exports it, scores >= --questions generated questions
 in every mode with `kev score`, and prints per mode the distribution of max |dp| per question
 against kev fp32 (and against the float64 torch reference on the first --reference questions'
 requests), the reference's top-2 margin distribution and the argmax flips (with margins).
@@ -39,15 +39,20 @@ def parity(a):
     if not os.path.exists(bundle):
         os.makedirs(work, exist_ok=True)
         extra = ["--shape", a.shape, "--layers", str(a.layers), "--temperature", str(a.temperature),
-                 "--seed", "5", *a.synth_arg]
+                 "--seed", str(a.synth_seed), *a.synth_arg]
         if os.path.exists(kevtest.QWEN3_TOKENIZER):
             extra += ["--tokenizer", kevtest.QWEN3_TOKENIZER]
         t0 = time.time()
-        kevtest.synth_bundle(work, *extra)
+        # A 24-layer 0.8b shape is Kev-0.8B's inventory (186 targets); 32 layers are Kev-4B's.
+        model = "kev-0.8b" if a.shape == "0.8b" and a.layers == 24 else "kev-4b"
+        pin = ("--model", model)
+        if model == "kev-0.8b":  # its released revisions are not pinned: name synthetic ones
+            pin += ("--base-revision", "0" * 40, "--checkpoint-revision", "0" * 40)
+        kevtest.synth_bundle(work, *extra, pin_args=pin)
         print(f"synth + pin + export: {time.time() - t0:.0f} s", flush=True)
     reqs = pp.requests(a.questions, seed=a.seed)
     got, secs = {}, {}
-    for mode in MODES:
+    for mode in a.modes:
         t0 = time.time()
         got[mode] = pp.score(bundle, reqs, mode)
         secs[mode] = time.time() - t0
@@ -57,7 +62,7 @@ def parity(a):
             json.dump(got, f)
     result = {"shape": a.shape, "layers": a.layers, "temperature": a.temperature, "modes": {},
               "score_s": secs}
-    for mode in MODES[1:]:
+    for mode in [m for m in a.modes if m != "fp32"]:
         c = pp.compare(got[mode], got["fp32"])
         result["modes"][mode] = {"vs_fp32": pp.summary(c), "within_budget_vs_fp32": pp.within_budget(c)}
         # The same answers at softer head temperatures (p ~ softmax(l / T): log p rescales exactly).
@@ -75,7 +80,7 @@ def parity(a):
             sub.append(r)
             n += len(r["questions"])
         f64 = pp.reference_probs(ScoringReference(os.path.join(work, "synth")).score(sub))
-        for mode in MODES:
+        for mode in a.modes:
             c = pp.compare(got[mode][:len(f64)], f64)
             result["modes"].setdefault(mode, {})["vs_float64"] = pp.summary(c)
             result["modes"][mode]["within_budget_vs_float64"] = pp.within_budget(c)
@@ -83,13 +88,16 @@ def parity(a):
 
 
 def timed_forward(kev, model, ids, mode, threads, tmp):
+    env = dict(os.environ)
+    if mode == "int8-all":  # every projection quantized (the pre-selection int8; model.h)
+        mode, env["KEV_INT8_CLASSES"] = "int8", "all"
     inp = os.path.join(tmp, "in.json")
     with open(inp, "w") as f:
         json.dump({"rows": [{"ids": ids}]}, f)
     t0 = time.time()
     proc = subprocess.run(["/usr/bin/time", "-v", kev, "forward", "--bundle", model, "--input", inp,
                            "--output", os.path.join(tmp, "out.safetensors"), "--precision", mode,
-                           "--threads", str(threads)], capture_output=True, text=True, check=True)
+                           "--threads", str(threads)], capture_output=True, text=True, check=True, env=env)
     wall = time.time() - t0
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
     cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", proc.stderr).group(1)) for k in ("User", "System"))
@@ -98,10 +106,11 @@ def timed_forward(kev, model, ids, mode, threads, tmp):
 
 def speed(a):
     ids = [(i * 7919) % 100000 + 10 for i in range(a.tokens)]
-    best = {m: {"prefill_s": 1e9, "prefill_cpu_s": 1e9, "rss_kib": 0} for m in MODES}
+    modes = tuple(a.modes) + (("int8-all",) if a.int8_all else ())
+    best = {m: {"prefill_s": 1e9, "prefill_cpu_s": 1e9, "rss_kib": 0} for m in modes}
     with tempfile.TemporaryDirectory(prefix="prec-speed-") as tmp:
         for _ in range(a.rounds):
-            for mode in MODES:
+            for mode in modes:
                 w1, c1, _ = timed_forward(a.kev, a.model, ids[:1], mode, a.threads, tmp)
                 wn, cn, rss = timed_forward(a.kev, a.model, ids, mode, a.threads, tmp)
                 b = best[mode]
@@ -110,10 +119,11 @@ def speed(a):
                 b["rss_kib"] = max(b["rss_kib"], rss)
                 print(mode, f"wall {wn - w1:.2f} s cpu {cn - c1:.2f} s rss {rss} KiB", flush=True)
     cpu = subprocess.run([a.kev, "cpu"], capture_output=True, text=True).stdout.strip()
-    for m in MODES:
+    for m in modes:
         best[m]["tok_s"] = a.tokens / best[m]["prefill_s"]
         best[m]["tok_per_cpu_s"] = a.tokens / best[m]["prefill_cpu_s"]
-        best[m]["speedup_vs_fp32_cpu"] = best["fp32"]["prefill_cpu_s"] / best[m]["prefill_cpu_s"]
+        if "fp32" in best:
+            best[m]["speedup_vs_fp32_cpu"] = best["fp32"]["prefill_cpu_s"] / best[m]["prefill_cpu_s"]
     print(json.dumps({"model": a.model, "tokens": a.tokens, "threads": a.threads, "kev_cpu": cpu, "modes": best},
                      indent=1))
 
@@ -129,10 +139,13 @@ def main():
     p.add_argument("--questions", type=int, default=500)
     p.add_argument("--reference", type=int, default=0, help="questions also compared with float64")
     p.add_argument("--temperature", type=float, default=0.5)
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seed", type=int, default=7, help="seed of the generated questions")
+    p.add_argument("--synth-seed", type=int, default=5, help="seed of the synthetic weights")
     p.add_argument("--synth-arg", action="append", default=[],
                    help="extra `kev synth` argument (repeat), e.g. --synth-arg=--linear-key-dim=32")
     p.add_argument("--save", help="write every mode's probabilities here (JSON)")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
+                   help="modes to score (fp32 first: the others are compared with it)")
     p.add_argument("--soften", type=float, nargs="*", default=[],
                    help="also report at these (higher) head temperatures, by rescaling log p")
     s = sub.add_parser("speed")
@@ -141,6 +154,9 @@ def main():
     s.add_argument("--tokens", type=int, default=512)
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--int8-all", action="store_true",
+                   help="also time int8 with every projection quantized (KEV_INT8_CLASSES=all)")
+    s.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     a = ap.parse_args()
     parity(a) if a.cmd == "parity" else speed(a)
 

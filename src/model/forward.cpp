@@ -18,7 +18,10 @@
 //   m = S^T k, S += k (beta (v - m))^T, o = S^T q (output read from the updated state).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 
 #include "kev/core/bf16.h"
@@ -32,13 +35,18 @@
 
 namespace kev {
 
-// The projections kInt8 runs quantized, keyed by their BF16 data (model.h lists which).
+// The projections kInt8 runs quantized, keyed by their BF16 data (model.h lists which): each
+// entry quantizes a range of the matrix's output rows; the other rows (and any projection not
+// listed) run in exact FP32.
+struct Int8Part {
+  int64_t row0 = 0;  // first output row of `q` in the whole matrix
+  Int8Matrix q;
+};
 struct Int8Weights {
-  std::unordered_map<const uint16_t*, Int8Matrix> by_data;
-  const Int8Matrix& at(const Bf16Matrix& m) const {
+  std::unordered_map<const uint16_t*, Int8Part> by_data;
+  const Int8Part* find(const Bf16Matrix& m) const {
     auto it = by_data.find(m.data);
-    if (it == by_data.end()) fail(ErrorKind::kInternal, "projection has no int8 weights");
-    return it->second;
+    return it == by_data.end() ? nullptr : &it->second;
   }
 };
 
@@ -59,6 +67,11 @@ constexpr int64_t kChunk = 64;
 constexpr int64_t kRowBatchTokens = 4096;     // tokens per run_rows batch (bounds the workspace)
 constexpr size_t kPrefillChunkTokens = 2048;  // tokens per extend step (a multiple of kChunk)
 constexpr float kL2Eps = 1e-6f;
+
+// Output rows [r0, r1) of m.
+Bf16Matrix rows_of(const Bf16Matrix& m, int64_t r0, int64_t r1) {
+  return Bf16Matrix{m.data + r0 * m.cols, r1 - r0, m.cols};
+}
 
 inline float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
@@ -210,7 +223,16 @@ class Runner {
   // A big projection: runs in the model's precision (model.h).
   void gemm(const float* x, int64_t ldx, const Bf16Matrix& m, float* y) {
     if (precision_ == Precision::kInt8) {
-      gemm_int8(x, total_, ldx, int8_->at(m), y, m.rows, threads_);
+      const Int8Part* p = int8_->find(m);
+      if (!p) {
+        gemm_fp32(x, ldx, m, y);
+        return;
+      }
+      const int64_t r0 = p->row0, r1 = r0 + p->q.rows;
+      gemm_int8(x, total_, ldx, p->q, y + r0, m.rows, threads_);
+      // Rows outside the quantized part: exact FP32 on the same rows of the BF16 matrix.
+      if (r0 > 0) gemm_bf16(x, total_, ldx, rows_of(m, 0, r0), y, m.rows, threads_);
+      if (r1 < m.rows) gemm_bf16(x, total_, ldx, rows_of(m, r1, m.rows), y + r1, m.rows, threads_);
       return;
     }
     if (precision_ == Precision::kBf16) {
@@ -617,6 +639,95 @@ void check_state(const ModelConfig& c, const PrefixState& s) {
          c.layers);
 }
 
+// Which projections kInt8 quantizes, by class and layer (model.h). The GDN input projection
+// in_proj_qkv is three classes by rows (gdn_q, gdn_k, gdn_v); a matrix may be quantized in one
+// contiguous range of its rows only.
+enum class Int8Class {
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnO,
+  kGdnQ,
+  kGdnK,
+  kGdnV,
+  kGdnZ,
+  kGdnOut,
+  kMlpGate,
+  kMlpUp,
+  kMlpDown,
+  kCount
+};
+constexpr int kInt8Classes = static_cast<int>(Int8Class::kCount);
+constexpr const char* kInt8ClassNames[kInt8Classes] = {"attn_q",  "attn_k",   "attn_v", "attn_o",
+                                                       "gdn_q",   "gdn_k",    "gdn_v",  "gdn_z",
+                                                       "gdn_out", "mlp_gate", "mlp_up", "mlp_down"};
+
+// Per class, the layers whose projection of that class is quantized.
+struct Int8Selection {
+  std::vector<bool> layers[kInt8Classes];
+  bool quantized(int64_t layer, Int8Class c) const {
+    const auto& l = layers[static_cast<int>(c)];
+    return static_cast<size_t>(layer) < l.size() && l[static_cast<size_t>(layer)];
+  }
+};
+
+// A spec is a comma list of `class[@first-last]` (layers 0-based, inclusive; default every
+// layer); `all` stands for every class, `gdn_qkv` for gdn_q, gdn_k and gdn_v. KEV_INT8_CLASSES
+// replaces the default spec (a diagnostic for parity studies, docs/performance.md; "none" quantizes
+// nothing).
+Int8Selection int8_selection(const std::string& spec, int64_t layers) {
+  Int8Selection s;
+  for (auto& l : s.layers) l.assign(static_cast<size_t>(layers), false);
+  for (size_t begin = 0; begin <= spec.size();) {
+    size_t end = spec.find(',', begin);
+    if (end == std::string::npos) end = spec.size();
+    const std::string entry = spec.substr(begin, end - begin);
+    begin = end + 1;
+    if (entry.empty() || entry == "none") continue;
+    const size_t at = entry.find('@');
+    const std::string name = entry.substr(0, at);
+    long long first = 0, last = layers - 1;
+    if (at != std::string::npos) {
+      char tail = 0;
+      if (std::sscanf(entry.c_str() + at + 1, "%lld-%lld%c", &first, &last, &tail) != 2 ||
+          first < 0 || last < first || last >= layers)
+        fail(ErrorKind::kBadInput,
+             "KEV_INT8_CLASSES entry '{}': expected class@first-last within layers 0-{}", entry,
+             layers - 1);
+    }
+    bool found = false;
+    for (int c = 0; c < kInt8Classes; ++c) {
+      const bool qkv = c >= static_cast<int>(Int8Class::kGdnQ) &&
+                       c <= static_cast<int>(Int8Class::kGdnV) && name == "gdn_qkv";
+      if (name != "all" && !qkv && name != kInt8ClassNames[c]) continue;
+      found = true;
+      for (long long l = first; l <= last; ++l) s.layers[c][static_cast<size_t>(l)] = true;
+    }
+    if (!found) fail(ErrorKind::kBadInput, "KEV_INT8_CLASSES: unknown projection class '{}'", name);
+  }
+  return s;
+}
+
+// The default (model.h, docs/performance.md "Precision modes"): every projection of the first
+// quarter of the layers (rounded up) and the query and key rows of every GDN in_proj_qkv stay
+// exact FP32; the rest is quantized. On the synthetic models, one class or one layer at a time,
+// those were the sensitive ones: a layer's quantization error is relative to its own output,
+// which early on is large against the residual stream and is then carried through every later
+// layer; GDN queries and keys are L2-normalised per head, which turns a small head's absolute
+// error into a large relative one.
+std::string int8_default_spec(int64_t layers) {
+  const int64_t first = (layers + 3) / 4;
+  if (first >= layers) return "none";
+  std::string spec;
+  for (int c = 0; c < kInt8Classes; ++c) {
+    if (c == static_cast<int>(Int8Class::kGdnQ) || c == static_cast<int>(Int8Class::kGdnK))
+      continue;
+    spec +=
+        fmt::format("{}{}@{}-{}", spec.empty() ? "" : ",", kInt8ClassNames[c], first, layers - 1);
+  }
+  return spec;
+}
+
 }  // namespace
 
 const char* precision_name(Precision p) {
@@ -667,17 +778,50 @@ void Model::set_options(const ForwardOptions& o) {
   auto q = std::make_unique<Int8Weights>();
   // Each quantized projection's BF16 pages leave the resident set once copied, so int8 does not
   // hold both (the mapping stays valid: fp32/bf16 later fault them back in).
-  auto add = [&](const Bf16Matrix& m) {
-    q->by_data.emplace(m.data, quantize_int8(m, o.threads));
-    weights_->release_pages(m);
+  const char* env = std::getenv("KEV_INT8_CLASSES");
+  const Int8Selection sel = int8_selection(
+      env && *env ? std::string(env) : int8_default_spec(config().layers), config().layers);
+  const ModelConfig& c = config();
+  // Quantizes the rows [r0, r1) of m that belong to the selected classes; parts is a list of
+  // (class, row count) in row order.
+  auto add = [&](int64_t layer, const Bf16Matrix& m,
+                 std::initializer_list<std::pair<Int8Class, int64_t>> parts) {
+    int64_t r = 0, r0 = -1, r1 = -1;
+    for (auto [cls, n] : parts) {
+      if (sel.quantized(layer, cls)) {
+        if (r0 < 0)
+          r0 = r;
+        else if (r1 != r)
+          fail(ErrorKind::kBadInput,
+               "KEV_INT8_CLASSES: layer {} quantizes rows of {} that "
+               "are not contiguous",
+               layer, kInt8ClassNames[static_cast<int>(cls)]);
+        r1 = r + n;
+      }
+      r += n;
+    }
+    if (r0 < 0) return;
+    q->by_data.emplace(m.data, Int8Part{r0, quantize_int8(rows_of(m, r0, r1), o.threads)});
+    weights_->release_pages(rows_of(m, r0, r1));
   };
+  int64_t layer = 0;
+  const int64_t qk = c.lin_k_heads * c.lin_k_dim;
   for (const LayerWeights& l : weights_->layers()) {
     if (l.full_attention) {
-      for (const Bf16Matrix* m : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o}) add(*m);
+      add(layer, l.attn.q, {{Int8Class::kAttnQ, l.attn.q.rows}});
+      add(layer, l.attn.k, {{Int8Class::kAttnK, l.attn.k.rows}});
+      add(layer, l.attn.v, {{Int8Class::kAttnV, l.attn.v.rows}});
+      add(layer, l.attn.o, {{Int8Class::kAttnO, l.attn.o.rows}});
     } else {
-      for (const Bf16Matrix* m : {&l.gdn.qkv, &l.gdn.z, &l.gdn.out}) add(*m);
+      add(layer, l.gdn.qkv,
+          {{Int8Class::kGdnQ, qk}, {Int8Class::kGdnK, qk}, {Int8Class::kGdnV, c.lin_v_total()}});
+      add(layer, l.gdn.z, {{Int8Class::kGdnZ, l.gdn.z.rows}});
+      add(layer, l.gdn.out, {{Int8Class::kGdnOut, l.gdn.out.rows}});
     }
-    for (const Bf16Matrix* m : {&l.gate, &l.up, &l.down}) add(*m);
+    add(layer, l.gate, {{Int8Class::kMlpGate, l.gate.rows}});
+    add(layer, l.up, {{Int8Class::kMlpUp, l.up.rows}});
+    add(layer, l.down, {{Int8Class::kMlpDown, l.down.rows}});
+    ++layer;
   }
   int8_ = std::move(q);
 }

@@ -95,14 +95,14 @@ def write_safetensors(path, tensors, metadata=None):
             f.write(b)
 
 
-def synth_bundle(directory, *synth_args):
+def synth_bundle(directory, *synth_args, pin_args=()):
     """kev synth -> kev pin -> kev export under `directory`; returns (synth dir, bundle dir)."""
     directory = os.fspath(directory)
     synth = os.path.join(directory, "synth")
     recipe = os.path.join(directory, "recipe.json")
     bundle = os.path.join(directory, "bundle")
     run_kev("synth", "--out", synth, "--quiet", *synth_args)
-    run_kev("pin", "--base", synth + "/base", "--checkpoint", synth + "/checkpoint", "--out", recipe)
+    run_kev("pin", "--base", synth + "/base", "--checkpoint", synth + "/checkpoint", "--out", recipe, *pin_args)
     run_kev("export", "--recipe", recipe, "--base", synth + "/base", "--checkpoint", synth + "/checkpoint",
             "--out", bundle, "--quiet")
     return synth, bundle

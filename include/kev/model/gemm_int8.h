@@ -1,4 +1,5 @@
-// Blockwise int8-weight matrix products for `--precision int8` (see model.h, Precision).
+// Blockwise int8-weight matrix products for `--precision int8` (see model.h, Precision; which
+// projections run here and which stay FP32 is decided there, not in this kernel).
 //
 // Quantization (weights once at load time, activations at every call; one rule for both with
 // its own range Q): K is split into blocks of 32 (the last one zero-padded). For a row r and

@@ -21,9 +21,13 @@
 //   weights to int8 once when the model is built (or switched to kInt8), blockwise symmetric,
 //   and the activations per row and block (to 16 bits) at every call, with integer dot
 //   products (gemm_int8.h; 1.125 bytes per weight held, the BF16 pages of those weights are
-//   released from the resident set). Every mode keeps the batch-, thread- and
-//   ISA-independence above (bitwise), except kBf16 between CPUs with and without AVX512_BF16; the
-//   fast modes carry a parity budget against kFp32 and the float64 reference (docs/performance.md,
+//   released from the resident set), except the sensitive ones, which stay exact FP32: every
+//   projection of the first quarter of the layers (rounded up) and the query and key rows of
+//   each GDN in_proj_qkv (forward.cpp, int8_default_spec; the environment variable
+//   KEV_INT8_CLASSES replaces that choice for parity studies, docs/performance.md). Every mode
+//   keeps the batch-, thread- and ISA-independence above (bitwise), except kBf16 between CPUs
+//   with and without AVX512_BF16; the fast modes carry a parity budget against kFp32 and the
+//   float64 reference (docs/performance.md,
 //   tests/oracle/test_precision.py), not equality.
 // - PrefixState is an immutable value: run_rows/extend only read it. One run_rows pass may mix
 //   rows of different prefixes; a row only ever reads its own prefix's cache.
