@@ -50,12 +50,19 @@ struct Int8Weights {
   }
 };
 
-// kBf16's projections for the vdpbf16ps kernel (gemm_avx512.h), keyed like Int8Weights; a
-// projection not here takes the rounding path of Runner::gemm.
+// The projections kBf16 runs with BF16 activations, keyed like Int8Weights: the same selection
+// as int8's default (model.h), each entry a range of the matrix's output rows; the other rows
+// (and any projection not listed) run in exact FP32. Where the CPU has the vdpbf16ps kernel
+// (gemm_avx512.h) the range is also packed into its pair layout; otherwise it takes the
+// rounding path of Runner::gemm.
+struct Bf16Part {
+  int64_t row0 = 0, row1 = 0;
+  Bf16PairMatrix pairs;  // empty without the vdpbf16ps kernel
+};
 struct Bf16DotWeights {
   Bf16Kernel kernel = Bf16Kernel::kNone;
-  std::unordered_map<const uint16_t*, Bf16PairMatrix> by_data;
-  const Bf16PairMatrix* find(const Bf16Matrix& m) const {
+  std::unordered_map<const uint16_t*, Bf16Part> by_data;
+  const Bf16Part* find(const Bf16Matrix& m) const {
     auto it = by_data.find(m.data);
     return it == by_data.end() ? nullptr : &it->second;
   }
@@ -236,22 +243,31 @@ class Runner {
       return;
     }
     if (precision_ == Precision::kBf16) {
-      if (const Bf16PairMatrix* p = bf16_ ? bf16_->find(m) : nullptr) {
-        gemm_bf16_pairs(bf16_->kernel, x, total_, ldx, *p, y, m.rows, threads_);
+      const Bf16Part* p = bf16_->find(m);
+      if (!p) {
+        gemm_fp32(x, ldx, m, y);
         return;
       }
-      const int64_t k = m.cols;
-      ws_.rounded.resize(z(total_ * k));
-      float* r = ws_.rounded.data();
-      parallel_for(
-          z(total_),
-          [&](size_t row) {
-            const float* src = x + static_cast<int64_t>(row) * ldx;
-            float* dst = r + static_cast<int64_t>(row) * k;
-            for (int64_t i = 0; i < k; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
-          },
-          threads_);
-      gemm_bf16(r, total_, k, m, y, m.rows, threads_);
+      const int64_t r0 = p->row0, r1 = p->row1;
+      if (bf16_->kernel != Bf16Kernel::kNone) {
+        gemm_bf16_pairs(bf16_->kernel, x, total_, ldx, p->pairs, y + r0, m.rows, threads_);
+      } else {
+        const int64_t k = m.cols;
+        ws_.rounded.resize(z(total_ * k));
+        float* r = ws_.rounded.data();
+        parallel_for(
+            z(total_),
+            [&](size_t row) {
+              const float* src = x + static_cast<int64_t>(row) * ldx;
+              float* dst = r + static_cast<int64_t>(row) * k;
+              for (int64_t i = 0; i < k; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+            },
+            threads_);
+        gemm_bf16(r, total_, k, rows_of(m, r0, r1), y + r0, m.rows, threads_);
+      }
+      // Rows outside the selected part: exact FP32, as for int8.
+      if (r0 > 0) gemm_bf16(x, total_, ldx, rows_of(m, 0, r0), y, m.rows, threads_);
+      if (r1 < m.rows) gemm_bf16(x, total_, ldx, rows_of(m, r1, m.rows), y + r1, m.rows, threads_);
       return;
     }
     gemm_fp32(x, ldx, m, y);
@@ -753,39 +769,14 @@ Model::Model(std::unique_ptr<ModelWeights> weights, ForwardOptions options)
 }
 Model::~Model() = default;
 
-void Model::set_options(const ForwardOptions& o) {
-  options_ = o;
-  if (o.precision == Precision::kBf16 && !bf16_ && best_bf16_kernel() != Bf16Kernel::kNone) {
-    // The vdpbf16ps kernel reads its own copy of the projections; their mapped BF16 pages leave
-    // the resident set, as for int8 below (so bf16 holds one copy).
-    auto d = std::make_unique<Bf16DotWeights>();
-    d->kernel = best_bf16_kernel();
-    auto add = [&](const Bf16Matrix& m) {
-      d->by_data.emplace(m.data, pack_bf16_pairs(m, o.threads));
-      weights_->release_pages(m);
-    };
-    for (const LayerWeights& l : weights_->layers()) {
-      if (l.full_attention) {
-        for (const Bf16Matrix* m : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o}) add(*m);
-      } else {
-        for (const Bf16Matrix* m : {&l.gdn.qkv, &l.gdn.z, &l.gdn.out}) add(*m);
-      }
-      for (const Bf16Matrix* m : {&l.gate, &l.up, &l.down}) add(*m);
-    }
-    bf16_ = std::move(d);
-  }
-  if (o.precision != Precision::kInt8 || int8_) return;
-  auto q = std::make_unique<Int8Weights>();
-  // Each quantized projection's BF16 pages leave the resident set once copied, so int8 does not
-  // hold both (the mapping stays valid: fp32/bf16 later fault them back in).
-  const char* env = std::getenv("KEV_INT8_CLASSES");
-  const Int8Selection sel = int8_selection(
-      env && *env ? std::string(env) : int8_default_spec(config().layers), config().layers);
-  const ModelConfig& c = config();
-  // Quantizes the rows [r0, r1) of m that belong to the selected classes; parts is a list of
-  // (class, row count) in row order.
-  auto add = [&](int64_t layer, const Bf16Matrix& m,
-                 std::initializer_list<std::pair<Int8Class, int64_t>> parts) {
+// Calls fn(m, r0, r1) for every projection with rows [r0, r1) selected by `sel` (model.h lists
+// the projections; a GDN in_proj_qkv is its query, key and value rows in that order).
+template <typename Fn>
+void for_each_selected(const ModelWeights& w, const Int8Selection& sel, Fn fn) {
+  const ModelConfig& c = w.config();
+  // parts: (class, row count) in row order; the selected ones must be contiguous.
+  auto visit = [&](int64_t layer, const Bf16Matrix& m,
+                   std::initializer_list<std::pair<Int8Class, int64_t>> parts) {
     int64_t r = 0, r0 = -1, r1 = -1;
     for (auto [cls, n] : parts) {
       if (sel.quantized(layer, cls)) {
@@ -800,29 +791,60 @@ void Model::set_options(const ForwardOptions& o) {
       }
       r += n;
     }
-    if (r0 < 0) return;
-    q->by_data.emplace(m.data, Int8Part{r0, quantize_int8(rows_of(m, r0, r1), o.threads)});
-    weights_->release_pages(rows_of(m, r0, r1));
+    if (r0 >= 0) fn(m, r0, r1);
   };
   int64_t layer = 0;
   const int64_t qk = c.lin_k_heads * c.lin_k_dim;
-  for (const LayerWeights& l : weights_->layers()) {
+  for (const LayerWeights& l : w.layers()) {
     if (l.full_attention) {
-      add(layer, l.attn.q, {{Int8Class::kAttnQ, l.attn.q.rows}});
-      add(layer, l.attn.k, {{Int8Class::kAttnK, l.attn.k.rows}});
-      add(layer, l.attn.v, {{Int8Class::kAttnV, l.attn.v.rows}});
-      add(layer, l.attn.o, {{Int8Class::kAttnO, l.attn.o.rows}});
+      visit(layer, l.attn.q, {{Int8Class::kAttnQ, l.attn.q.rows}});
+      visit(layer, l.attn.k, {{Int8Class::kAttnK, l.attn.k.rows}});
+      visit(layer, l.attn.v, {{Int8Class::kAttnV, l.attn.v.rows}});
+      visit(layer, l.attn.o, {{Int8Class::kAttnO, l.attn.o.rows}});
     } else {
-      add(layer, l.gdn.qkv,
-          {{Int8Class::kGdnQ, qk}, {Int8Class::kGdnK, qk}, {Int8Class::kGdnV, c.lin_v_total()}});
-      add(layer, l.gdn.z, {{Int8Class::kGdnZ, l.gdn.z.rows}});
-      add(layer, l.gdn.out, {{Int8Class::kGdnOut, l.gdn.out.rows}});
+      visit(layer, l.gdn.qkv,
+            {{Int8Class::kGdnQ, qk}, {Int8Class::kGdnK, qk}, {Int8Class::kGdnV, c.lin_v_total()}});
+      visit(layer, l.gdn.z, {{Int8Class::kGdnZ, l.gdn.z.rows}});
+      visit(layer, l.gdn.out, {{Int8Class::kGdnOut, l.gdn.out.rows}});
     }
-    add(layer, l.gate, {{Int8Class::kMlpGate, l.gate.rows}});
-    add(layer, l.up, {{Int8Class::kMlpUp, l.up.rows}});
-    add(layer, l.down, {{Int8Class::kMlpDown, l.down.rows}});
+    visit(layer, l.gate, {{Int8Class::kMlpGate, l.gate.rows}});
+    visit(layer, l.up, {{Int8Class::kMlpUp, l.up.rows}});
+    visit(layer, l.down, {{Int8Class::kMlpDown, l.down.rows}});
     ++layer;
   }
+}
+
+void Model::set_options(const ForwardOptions& o) {
+  options_ = o;
+  const int64_t layers = config().layers;
+  if (o.precision == Precision::kBf16 && !bf16_) {
+    // bf16 reduces the same projections as int8's default selection (model.h). With the
+    // vdpbf16ps kernel those rows are read from its own packed copy and their mapped BF16 pages
+    // leave the resident set, as for int8 below (so bf16 holds one copy).
+    auto d = std::make_unique<Bf16DotWeights>();
+    d->kernel = best_bf16_kernel();
+    for_each_selected(*weights_, int8_selection(int8_default_spec(layers), layers),
+                      [&](const Bf16Matrix& m, int64_t r0, int64_t r1) {
+                        Bf16Part part{r0, r1, {}};
+                        if (d->kernel != Bf16Kernel::kNone) {
+                          part.pairs = pack_bf16_pairs(rows_of(m, r0, r1), o.threads);
+                          weights_->release_pages(rows_of(m, r0, r1));
+                        }
+                        d->by_data.emplace(m.data, std::move(part));
+                      });
+    bf16_ = std::move(d);
+  }
+  if (o.precision != Precision::kInt8 || int8_) return;
+  auto q = std::make_unique<Int8Weights>();
+  // Each quantized projection's BF16 pages leave the resident set once copied, so int8 does not
+  // hold both (the mapping stays valid: fp32/bf16 later fault them back in).
+  const char* env = std::getenv("KEV_INT8_CLASSES");
+  for_each_selected(
+      *weights_, int8_selection(env && *env ? std::string(env) : int8_default_spec(layers), layers),
+      [&](const Bf16Matrix& m, int64_t r0, int64_t r1) {
+        q->by_data.emplace(m.data, Int8Part{r0, quantize_int8(rows_of(m, r0, r1), o.threads)});
+        weights_->release_pages(rows_of(m, r0, r1));
+      });
   int8_ = std::move(q);
 }
 

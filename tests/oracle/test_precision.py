@@ -8,9 +8,10 @@ Gates (docs/performance.md "Precision modes"):
   differs only where the reference's top-2 margin < 0.02. The synthetic head's default
   temperature (2.4) gives near-uniform probabilities (top-2 margin median 0.02), which would
   make the budget trivial, so the head is sharpened to temperature 0.5 (margin median ~0.13,
-  p90 ~0.5; asserted), where both modes are checked. int8 holds it there with its default
-  choice of FP32 projections (model.h; with every projection quantized it measured max |dp|
-  0.04-0.07 on such models, docs/performance.md "Precision modes");
+  p90 ~0.5; asserted), where both modes are checked. Both hold it there with their default
+  choice of FP32 projections (model.h; with every projection reduced, int8 measured max |dp|
+  0.04-0.07 on such models and bf16 flipped an argmax at a 0.0214 margin on one of three,
+  docs/performance.md "Precision modes");
 - backbone (`kev forward`) at the real Qwen3.5-0.8B per-layer dimensions (hidden 1024, MLP 3584,
   8 x 256 attention heads, 16 x 128 GDN heads) with 4 layers (3 GDN + 1 attention) instead of
   24, against float64: relative RMS error of the final hidden states <= HIDDEN_BUDGET[mode];

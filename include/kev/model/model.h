@@ -13,7 +13,9 @@
 //   embedding stay FP32 in every mode. kFp32 (default) is the exact reference-parity mode
 //   above. kBf16 rounds each activation row to BF16 (round to nearest even) before the
 //   BF16-weight GEMM, i.e. BF16 x BF16 products with FP32 accumulation (exact products, so the
-//   same numbers as a BF16 dot-product unit with FP32 FMA accumulation). Where the CPU has
+//   same numbers as a BF16 dot-product unit with FP32 FMA accumulation), for the projections
+//   of kInt8's default selection below; the others (the first quarter of the layers, the GDN
+//   query and key rows) stay exact FP32 in kBf16 too. Where the CPU has
 //   AVX512_BF16 (gemm_avx512.h), kBf16 instead repacks those weights once into vdpbf16ps's pair
 //   layout (releasing their BF16 pages) and sums in that instruction's order: the same
 //   precision but not the same bits as the AVX2 machine's kBf16 (batch- and
