@@ -6,27 +6,16 @@
 #include <random>
 #include <vector>
 
+#include "gemm_problem.h"
 #include "kev/core/bf16.h"
 #include "kev/model/gemm.h"
 
 namespace kev {
 namespace {
 
-struct Problem {
-  int64_t m, k, n;
-  std::vector<float> x;
-  std::vector<uint16_t> w;
-  Bf16Matrix mat() const { return {w.data(), n, k}; }
-};
-
+using gemm_test::Problem;
 Problem make(int64_t m, int64_t k, int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  Problem p{m, k, n, std::vector<float>(static_cast<size_t>(m * k)),
-            std::vector<uint16_t>(static_cast<size_t>(n * k))};
-  for (auto& v : p.x) v = d(rng);
-  for (auto& v : p.w) v = f32_to_bf16(d(rng));
-  return p;
+  return gemm_test::make_uniform(m, k, n, seed);
 }
 
 std::vector<float> run(const Problem& p, Isa isa, size_t threads) {

@@ -8,27 +8,16 @@
 #include <random>
 #include <vector>
 
+#include "gemm_problem.h"
 #include "kev/core/bf16.h"
 #include "kev/model/gemm_int8.h"
 
 namespace kev {
 namespace {
 
-struct Problem {
-  int64_t m, k, n;
-  std::vector<float> x;
-  std::vector<uint16_t> w;
-  Bf16Matrix mat() const { return {w.data(), n, k}; }
-};
-
+using gemm_test::Problem;
 Problem make(int64_t m, int64_t k, int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  Problem p{m, k, n, std::vector<float>(static_cast<size_t>(m * k)),
-            std::vector<uint16_t>(static_cast<size_t>(n * k))};
-  for (auto& v : p.x) v = d(rng);
-  for (auto& v : p.w) v = f32_to_bf16(0.05f * d(rng));
-  return p;
+  return gemm_test::make_normal(m, k, n, seed);
 }
 
 std::vector<float> run(const Problem& p, const Int8Matrix& q, Isa isa, size_t threads) {
