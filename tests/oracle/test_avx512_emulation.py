@@ -36,11 +36,7 @@ def model(tmp_path_factory):
 
 
 def forward(path, tmp_path, payload, *extra, env=None):
-    n = len(os.listdir(tmp_path))
-    inp, out = tmp_path / f"in{n}.json", tmp_path / f"out{n}.safetensors"
-    inp.write_text(json.dumps(payload))
-    kevtest.run_kev("forward", "--bundle", path, "--input", inp, "--output", out, *extra, env=env)
-    return kevtest.read_safetensors(str(out))
+    return kevtest.forward(path, str(tmp_path), payload, *extra, env=env)
 
 
 def ids(n, seed):

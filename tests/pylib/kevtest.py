@@ -74,6 +74,17 @@ def read_safetensors(path):
     return out
 
 
+def forward(bundle, directory, payload, *extra, env=None):
+    """`kev forward` on `payload` ({prefix?, rows}) with extra flags; returns its tensors. Input
+    and output files are numbered in `directory` (a pytest tmp_path), so calls do not collide."""
+    n = len(os.listdir(directory))
+    inp, out = os.path.join(directory, f"in{n}.json"), os.path.join(directory, f"out{n}.safetensors")
+    with open(inp, "w") as f:
+        json.dump(payload, f)
+    run_kev("forward", "--bundle", bundle, "--input", inp, "--output", out, *extra, env=env)
+    return read_safetensors(out)
+
+
 def write_safetensors(path, tensors, metadata=None):
     """Writes {name: tensor} in the given order (contiguous, little-endian)."""
     header = {}
