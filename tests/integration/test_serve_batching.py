@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import ServeProcess, synth_bundle  # noqa: E402
+from kevtest import ServeProcess, synth_bundle, wait_for  # noqa: E402
 
 CHOICE = {"type": "choice", "instructions": "Next step?", "criteria": {"ship": "confirm", "refund": None, "wait": ""}}
 NOUL = {"type": "noul", "instructions": "Offer a discount?"}
@@ -50,14 +50,6 @@ def comparable(status, body):
     body.pop("latency_ms", None)
     return status, json.dumps(body, sort_keys=True)
 
-
-def wait_for(pred, timeout=30, step=0.005):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import KEV_BIN, ServeProcess, fifo_bundle, free_port, parse_responses, raw_exchange, synth_bundle  # noqa: E402
+from kevtest import KEV_BIN, ServeProcess, fifo_bundle, free_port, parse_responses, raw_exchange, synth_bundle, wait_for  # noqa: E402
 
 QUICK = {"state": "plain text state", "questions": {"q": {"type": "noul", "instructions": "Refund?"}}}
 
@@ -305,14 +305,6 @@ def test_range_on_post_is_ignored(server):
     status, hdrs, body = server.request("POST", "/v1/systemone", QUICK, {"Range": "bytes=0-10"})
     assert status == 200 and "content-range" not in hdrs and body["answers"] == want[2]["answers"]
 
-
-def wait_for(pred, timeout=30, step=0.01):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_reset_client_work_is_not_computed(bundle):

@@ -74,6 +74,16 @@ def read_safetensors(path):
     return out
 
 
+def wait_for(pred, timeout=30, step=0.01):
+    """Polls pred() every `step` seconds until it is true (returns True) or `timeout` passes
+    (returns False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
 def forward(bundle, directory, payload, *extra, env=None):
     """`kev forward` on `payload` ({prefix?, rows}) with extra flags; returns its tensors. Input
     and output files are numbered in `directory` (a pytest tmp_path), so calls do not collide."""
