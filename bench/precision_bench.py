@@ -51,15 +51,19 @@ def parity(a):
         kevtest.synth_bundle(work, *extra, pin_args=pin)
         print(f"synth + pin + export: {time.time() - t0:.0f} s", flush=True)
     reqs = pp.requests(a.questions, seed=a.seed)
-    got, secs = {}, {}
+    got, secs = load_saved(a)
     for mode in a.modes:
+        if mode in got:
+            print(f"{mode}: {len(got[mode])} questions read from {a.save}", flush=True)
+            continue
         t0 = time.time()
         got[mode] = pp.score(bundle, reqs, mode)
         secs[mode] = time.time() - t0
         print(f"{mode}: {len(got[mode])} questions scored in {secs[mode]:.1f} s", flush=True)
-    if a.save:
-        with open(a.save, "w") as f:
-            json.dump(got, f)
+        if a.save:  # after every mode: a long run stopped part-way keeps what it scored
+            with open(a.save + ".tmp", "w") as f:
+                json.dump({"key": saved_key(a), "probs": got, "score_s": secs}, f)
+            os.replace(a.save + ".tmp", a.save)
     result = {"shape": a.shape, "layers": a.layers, "temperature": a.temperature, "modes": {},
               "score_s": secs}
     for mode in [m for m in a.modes if m != "fp32"]:
@@ -85,6 +89,24 @@ def parity(a):
             result["modes"].setdefault(mode, {})["vs_float64"] = pp.summary(c)
             result["modes"][mode]["within_budget_vs_float64"] = pp.within_budget(c)
     print(json.dumps(result, indent=1))
+
+
+def saved_key(a):
+    """What the saved probabilities depend on (the bundle's own options are fixed by WORK)."""
+    return {"work": os.path.abspath(a.work), "questions": a.questions, "seed": a.seed,
+            "int8_classes": os.environ.get("KEV_INT8_CLASSES"),
+            "emulate": os.environ.get("KEV_AVX512_EMULATE")}
+
+
+def load_saved(a):
+    """The modes an earlier run with the same --save, WORK and questions already scored."""
+    if not a.save or not os.path.exists(a.save):
+        return {}, {}
+    with open(a.save) as f:
+        saved = json.load(f)
+    if not isinstance(saved, dict) or saved.get("key") != saved_key(a):
+        sys.exit(f"{a.save} holds another run's probabilities: remove it or pick another --save")
+    return saved["probs"], saved.get("score_s", {})
 
 
 def timed_forward(kev, model, ids, mode, threads, tmp):
@@ -143,7 +165,8 @@ def main():
     p.add_argument("--synth-seed", type=int, default=5, help="seed of the synthetic weights")
     p.add_argument("--synth-arg", action="append", default=[],
                    help="extra `kev synth` argument (repeat), e.g. --synth-arg=--linear-key-dim=32")
-    p.add_argument("--save", help="write every mode's probabilities here (JSON)")
+    p.add_argument("--save", help="write every mode's probabilities here (JSON), after each mode; "
+                   "a mode already in the file (same WORK and questions) is read, not scored again")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
                    help="modes to score (fp32 first: the others are compared with it)")
     p.add_argument("--soften", type=float, nargs="*", default=[],
