@@ -3,7 +3,7 @@ closed-loop HTTP load generator for POST /v1/systemone on loopback, and a neares
 
 synth_bundle(kev, directory, shape, seed) runs kev synth -> kev pin -> kev export under
 `directory` and returns the bundle's path; the recipe is pinned for the family member of that
-shape (tiny shapes use the Kev-4B layout, "0.8b" the Kev-0.8B one), with placeholder revisions
+shape (tiny shapes use the Kev-4B layout, "0.8b" the Kev-0.8B one), with all-zero synthetic revisions
 where the shipped recipe has none.
 
 http_run(port, reqs, concurrency) sends every request once from `concurrency` keep-alive client
