@@ -535,12 +535,13 @@ class Runner {
   };
 
   static void gdn_recurrent(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) {
-    std::vector<float> m(static_cast<size_t>(dv));
+    std::vector<float> eg(z2(len)), beta(z2(len));
     for (int64_t t = 0; t < len; ++t) {
-      vec::gdn_step(s, dk, dv, std::exp(h.g[t * h.gb_stride]), h.k + t * h.qkv_stride,
-                    h.q + t * h.qkv_stride, h.v + t * h.qkv_stride, h.beta[t * h.gb_stride],
-                    h.o + t * h.o_stride, m.data());
+      eg[z2(t)] = std::exp(h.g[t * h.gb_stride]);
+      beta[z2(t)] = h.beta[t * h.gb_stride];
     }
+    vec::gdn_steps(s, dk, dv, len,
+                   {h.q, h.k, h.v, h.qkv_stride, eg.data(), beta.data(), h.o, h.o_stride});
   }
 
   // Chunked form (chunk 64): within a chunk with cumulative log-decay c_i,

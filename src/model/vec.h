@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kev/core/isa.h"
+
 namespace kev::vec {
 
 float dot(const float* a, const float* b, int64_t n);
@@ -21,5 +23,22 @@ void scale(float* y, float a, int64_t n);  // y *= a
 // m and delta are scratch of length dv.
 void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float* k, const float* q,
               const float* v, float beta, float* o, float* m);
+
+// A sequence of len steps of one head: token n reads k, q, v at n * qkv_stride, exp(g) and beta
+// at eg[n] and beta[n], and writes o at n * o_stride. Every value column of the state evolves on
+// its own (step by step its m, delta and o involve only that column), so the AVX2 form runs the
+// sequence 32 columns at a time; per element the operations and their order are gdn_step's, so
+// the result is bit-identical to len calls of gdn_step. gdn_steps runs the level
+// dispatch_isa("KEV_GEMM_ISA") picks; gdn_steps_isa a given one (kPortable: the gdn_step loop;
+// kAvx2 or kAvx512: the AVX2 form, which the CPU must support).
+struct GdnTokens {
+  const float *q, *k, *v;
+  int64_t qkv_stride;
+  const float *eg, *beta;
+  float* o;
+  int64_t o_stride;
+};
+void gdn_steps(float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t);
+void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t);
 
 }  // namespace kev::vec

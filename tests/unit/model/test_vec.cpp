@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kev/core/isa.h"
 #include "model/vec.h"
 
 namespace kev {
@@ -58,6 +59,44 @@ TEST(Vec, GdnStepMatchesPlainUpdateBitwise) {
       plain_step(want, dk, dv, eg, k.data(), q.data(), v.data(), beta, o_want.data());
       ASSERT_EQ(o, o_want) << "dk=" << dk << " dv=" << dv << " step " << step;
       ASSERT_EQ(s, want) << "dk=" << dk << " dv=" << dv << " step " << step;
+    }
+  }
+}
+
+// A sequence of steps (gdn_steps, run column block by column block on AVX2) against the plain
+// update token after token, bitwise, on every level this CPU runs; strided q/k/v and o as the
+// forward lays them out, head sizes with and without a partial 32-column block.
+TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    for (auto [dk, dv, len] : {std::tuple<int64_t, int64_t, int64_t>{128, 128, 40},
+                               {32, 96, 9},
+                               {16, 70, 7},
+                               {8, 20, 5},
+                               {128, 128, 0}}) {
+      std::mt19937 rng(static_cast<unsigned>(dk * 7 + dv + len));
+      std::uniform_real_distribution<float> d(-1.0f, 1.0f), u01(0.0f, 1.0f);
+      std::vector<float> s(static_cast<size_t>(dk * dv));
+      for (auto& e : s) e = d(rng);
+      std::vector<float> want = s;
+      const int64_t qkv_stride = 2 * dk + dv + 3, o_stride = dv + 5;
+      std::vector<float> qkv(static_cast<size_t>(std::max<int64_t>(len, 1) * qkv_stride));
+      for (auto& e : qkv) e = d(rng);
+      std::vector<float> eg(static_cast<size_t>(len)), beta(eg.size());
+      for (auto& e : eg) e = 0.5f + 0.5f * u01(rng);
+      for (auto& e : beta) e = u01(rng);
+      std::vector<float> o(static_cast<size_t>(std::max<int64_t>(len, 1) * o_stride), 7.0f);
+      std::vector<float> o_want = o;
+      const float* q = qkv.data();
+      const float* k = q + dk;
+      const float* v = k + dk;
+      vec::gdn_steps_isa(isa, s.data(), dk, dv, len,
+                         {q, k, v, qkv_stride, eg.data(), beta.data(), o.data(), o_stride});
+      for (int64_t n = 0; n < len; ++n)
+        plain_step(want, dk, dv, eg[static_cast<size_t>(n)], k + n * qkv_stride, q + n * qkv_stride,
+                   v + n * qkv_stride, beta[static_cast<size_t>(n)], o_want.data() + n * o_stride);
+      ASSERT_EQ(o, o_want) << isa_name(isa) << " dk=" << dk << " dv=" << dv << " len=" << len;
+      ASSERT_EQ(s, want) << isa_name(isa) << " dk=" << dk << " dv=" << dv << " len=" << len;
     }
   }
 }
