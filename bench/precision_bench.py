@@ -10,7 +10,8 @@ parity: synthesizes (once, under WORK) a checkpoint with the shape's per-layer d
 Kev-0.8B, the real depth), pins and exports it, scores >= --questions generated questions
 in every mode with `kev score`, and prints per mode the distribution of max |dp| per question
 against kev fp32 (and against the float64 torch reference on the first --reference questions'
-requests), the reference's top-2 margin distribution and the argmax flips (with margins).
+requests; --widen-on-use at Kev-4B dimensions), the reference's top-2 margin distribution and
+the argmax flips (with margins).
 speed: per mode, a `kev forward` of --tokens tokens minus a 1-token run (load and, for int8,
 quantization cancel), each under /usr/bin/time -v (peak RSS), alternating modes, best of 3.
 """
@@ -83,7 +84,10 @@ def parity(a):
                 break
             sub.append(r)
             n += len(r["questions"])
-        f64 = pp.reference_probs(ScoringReference(os.path.join(work, "synth")).score(sub))
+        t0 = time.time()
+        ref = ScoringReference(os.path.join(work, "synth"), widen_on_use=a.widen_on_use)
+        f64 = pp.reference_probs(ref.score(sub))
+        print(f"float64 reference: {len(f64)} questions in {time.time() - t0:.0f} s", flush=True)
         for mode in a.modes:
             c = pp.compare(got[mode][:len(f64)], f64)
             result["modes"].setdefault(mode, {})["vs_float64"] = pp.summary(c)
@@ -160,6 +164,9 @@ def main():
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--questions", type=int, default=500)
     p.add_argument("--reference", type=int, default=0, help="questions also compared with float64")
+    p.add_argument("--widen-on-use", action="store_true",
+                   help="the float64 reference keeps the weights in BF16 and widens each at use (exact; "
+                   "for Kev-4B dimensions, whose float64 copy would not fit in memory)")
     p.add_argument("--temperature", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=7, help="seed of the generated questions")
     p.add_argument("--synth-seed", type=int, default=5, help="seed of the synthetic weights")

@@ -141,7 +141,7 @@ class Reference:
         self.theta = float(rp["rope_theta"])
         self.rot = int(tc["head_dim"] * rp.get("partial_rotary_factor", 1.0))
         self.eps = tc["rms_norm_eps"]
-        self.dtype = w["embed_tokens.weight"].dtype
+        self.dtype = w.dtype if hasattr(w, "rows") else w["embed_tokens.weight"].dtype
 
     def rmsnorm(self, x, w, plus_one=True):
         y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps)
@@ -216,7 +216,9 @@ class Reference:
 
     def forward(self, ids, positions):
         c = self.c
-        x = self.w["embed_tokens.weight"][torch.tensor(ids, dtype=torch.long)]
+        index = torch.tensor(ids, dtype=torch.long)
+        # A WidenOnUse (score_reference.py) widens only these rows of the embedding.
+        x = self.w.rows("embed_tokens.weight", index) if hasattr(self.w, "rows") else self.w["embed_tokens.weight"][index]
         pos = torch.tensor(positions, dtype=torch.long)
         for l in range(c["num_hidden_layers"]):
             p = f"layers.{l}."

@@ -27,8 +27,25 @@ from qwen35_reference import Reference  # noqa: E402
 LANG = "model.language_model."
 
 
-def merged_weights(synth_dir, dtype=torch.float64):
-    """(text_config, {name without prefix: `dtype` tensor}) with the LoRA merged to BF16 first."""
+class WidenOnUse(dict):
+    """Weights kept as stored (BF16 after the merge) and widened to `dtype` at each use: exact,
+    since every BF16 value is a float64 one, and a Kev-4B-sized float64 copy (~32 GB) need not fit
+    in memory. `rows` widens only the embedding rows asked for."""
+
+    def __init__(self, tensors, dtype):
+        super().__init__(tensors)
+        self.dtype = dtype
+
+    def __getitem__(self, name):
+        return super().__getitem__(name).to(self.dtype)
+
+    def rows(self, name, index):
+        return super().__getitem__(name)[index].to(self.dtype)
+
+
+def merged_weights(synth_dir, dtype=torch.float64, widen_on_use=False):
+    """(text_config, {name without prefix: `dtype` tensor}) with the LoRA merged to BF16 first
+    (a WidenOnUse of the stored tensors with widen_on_use)."""
     base = os.path.join(synth_dir, "base")
     ckpt = os.path.join(synth_dir, "checkpoint")
     cfg = json.load(open(os.path.join(base, "config.json")))
@@ -48,6 +65,8 @@ def merged_weights(synth_dir, dtype=torch.float64):
         target = LANG + stem + ".weight"
         w = tensors[target]
         tensors[target] = (w.float() + (b.float() @ a.float()) * scale).to(torch.bfloat16)
+    if widen_on_use:
+        return tc, WidenOnUse({k[len(LANG):]: v for k, v in tensors.items() if k.startswith(LANG)}, dtype)
     w = {k[len(LANG):]: v.to(dtype) for k, v in tensors.items() if k.startswith(LANG)}
     return tc, w
 
@@ -87,8 +106,8 @@ def answer(qtype, keys, options, probs):
 
 
 class ScoringReference:
-    def __init__(self, synth_dir, dtype=torch.float64):
-        tc, w = merged_weights(synth_dir, dtype)
+    def __init__(self, synth_dir, dtype=torch.float64, widen_on_use=False):
+        tc, w = merged_weights(synth_dir, dtype, widen_on_use)
         self.model = Reference(tc, w)
         self.head = Head(os.path.join(synth_dir, "checkpoint", "head.pt"))
         self.tokenizer = os.path.join(synth_dir, "base", "tokenizer.json")
