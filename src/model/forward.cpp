@@ -346,11 +346,12 @@ class Runner {
             const int64_t t = s.offset + i;
             const float* q = qb + t * nh * hd + hh * hd;
             const int64_t n = past + i + 1;
+            // Scores against the cached keys, then this segment's (each key in order).
+            if (past > 0) vec::dot_rows(q, in.k.data() + g * hd, kv_w, past, hd, p.data());
+            vec::dot_rows(q, kb + s.offset * kv_w + g * hd, kv_w, i + 1, hd, p.data() + past);
             float mx = -INFINITY;
             for (int64_t j = 0; j < n; ++j) {
-              const float* k = j < past ? in.k.data() + j * kv_w + g * hd
-                                        : kb + (s.offset + j - past) * kv_w + g * hd;
-              p[z(j)] = vec::dot(q, k, hd) * scale;
+              p[z(j)] = p[z(j)] * scale;
               mx = std::max(mx, p[z(j)]);
             }
             float sum = 0.0f;

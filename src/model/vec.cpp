@@ -204,6 +204,69 @@ KEV_AVX2 void gdn_steps_avx2(float* s, int64_t dk, int64_t dv, int64_t len, cons
 
 }  // namespace
 
+namespace {
+
+// dot's lane tree on a 16-lane accumulator held as two ymm (lanes 0-7, 8-15): (l, l+8), then
+// (l, l+4), (l, l+2), (0, 1), each a single rounding as in tree16.
+KEV_AVX2 inline float tree16_avx2(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_add_ps(lo, hi);
+  const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+// Four rows at a time against one vector: per row the 16 lane sums of dot (a product rounded,
+// then added, i ascending) and its tree. n must be a multiple of 16.
+KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                            float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* x0 = x + r * ld;
+    const float* x1 = x0 + ld;
+    const float* x2 = x1 + ld;
+    const float* x3 = x2 + ld;
+    __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m256 al = _mm256_loadu_ps(a + i), ah = _mm256_loadu_ps(a + i + 8);
+      l0 = _mm256_add_ps(l0, _mm256_mul_ps(al, _mm256_loadu_ps(x0 + i)));
+      h0 = _mm256_add_ps(h0, _mm256_mul_ps(ah, _mm256_loadu_ps(x0 + i + 8)));
+      l1 = _mm256_add_ps(l1, _mm256_mul_ps(al, _mm256_loadu_ps(x1 + i)));
+      h1 = _mm256_add_ps(h1, _mm256_mul_ps(ah, _mm256_loadu_ps(x1 + i + 8)));
+      l2 = _mm256_add_ps(l2, _mm256_mul_ps(al, _mm256_loadu_ps(x2 + i)));
+      h2 = _mm256_add_ps(h2, _mm256_mul_ps(ah, _mm256_loadu_ps(x2 + i + 8)));
+      l3 = _mm256_add_ps(l3, _mm256_mul_ps(al, _mm256_loadu_ps(x3 + i)));
+      h3 = _mm256_add_ps(h3, _mm256_mul_ps(ah, _mm256_loadu_ps(x3 + i + 8)));
+    }
+    out[r] = tree16_avx2(l0, h0);
+    out[r + 1] = tree16_avx2(l1, h1);
+    out[r + 2] = tree16_avx2(l2, h2);
+    out[r + 3] = tree16_avx2(l3, h3);
+  }
+  for (; r < rows; ++r) {
+    const float* xr = x + r * ld;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int64_t i = 0; i < n; i += 16) {
+      lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(xr + i)));
+      hi =
+          _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(xr + i + 8)));
+    }
+    out[r] = tree16_avx2(lo, hi);
+  }
+}
+
+}  // namespace
+
+void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                  float* out) {
+  if (isa != Isa::kPortable && n % 16 == 0) return dot_rows_avx2(a, x, ld, rows, n, out);
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot(a, x + r * ld, n);
+}
+
+void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
+  static const Isa isa = dispatch_isa("KEV_GEMM_ISA");
+  dot_rows_isa(isa, a, x, ld, rows, n, out);
+}
+
 void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
   if (isa != Isa::kPortable) return gdn_steps_avx2(s, dk, dv, len, t);
   std::vector<float> m(static_cast<size_t>(dv));

@@ -13,6 +13,12 @@ namespace kev::vec {
 
 float dot(const float* a, const float* b, int64_t n);
 float sum_sq(const float* a, int64_t n);
+// out[r] = dot(a, x + r * ld, n) for r < rows, bit for bit; dot_rows runs the level
+// dispatch_isa("KEV_GEMM_ISA") picks (AVX2 four rows at a time when n % 16 == 0), dot_rows_isa a
+// given one (the CPU must support it).
+void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out);
+void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                  float* out);
 void axpy(float* y, float a, const float* x, int64_t n);  // y += a * x
 // y += a[r] * x_r for rows x_r = x + r * ld, r = 0 .. rows-1 in order (the repeated axpy).
 void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n);

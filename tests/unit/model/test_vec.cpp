@@ -101,6 +101,48 @@ TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
   }
 }
 
+// dot as vec.h states it: 16 lane sums (lane l takes i = l, l+16, ...; product rounded, then
+// added), then the tree (l, l+8), (l, l+4), (l, l+2), (0, 1).
+float plain_dot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    float p = a[i] * b[i];
+    acc[i % 16] = acc[i % 16] + p;
+  }
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] = acc[l] + acc[l + w];
+  return acc[0];
+}
+
+// dot_rows is dot row by row, bitwise, on every level this CPU runs (AVX2 four rows at a time;
+// lengths that are not a multiple of 16 and row counts that are not of 4 included).
+TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    for (auto [rows, n, ld] : {std::tuple<int64_t, int64_t, int64_t>{9, 256, 1024},
+                               {4, 128, 128},
+                               {3, 32, 40},
+                               {7, 70, 80},
+                               {0, 16, 16}}) {
+      for (int trial = 0; trial < 16; ++trial) {  // a rounding difference shows in a few draws
+        std::vector<float> a(static_cast<size_t>(n)),
+            x(static_cast<size_t>(std::max<int64_t>(rows, 1) * ld));
+        for (auto& e : a) e = d(rng);
+        for (auto& e : x) e = d(rng);
+        std::vector<float> got(static_cast<size_t>(rows)), want(got.size());
+        vec::dot_rows_isa(isa, a.data(), x.data(), ld, rows, n, got.data());
+        for (int64_t r = 0; r < rows; ++r)
+          want[static_cast<size_t>(r)] = plain_dot(a.data(), x.data() + r * ld, n);
+        ASSERT_EQ(got, want) << isa_name(isa) << " rows=" << rows << " n=" << n;
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(vec::dot(a.data(), x.data() + r * ld, n), want[static_cast<size_t>(r)]);
+      }
+    }
+  }
+}
+
 // axpy_rows is the repeated axpy: y += a_0 x_0, then y += a_1 x_1, ... (one multiply and one
 // add per element per row, in row order), written out plainly here.
 TEST(Vec, AxpyRowsMatchesRepeatedUpdateBitwise) {
