@@ -128,54 +128,37 @@ namespace {
 #define KEV_AVX2 __attribute__((target("avx2,fma")))
 
 // One step of 32 value columns held contiguously (row i of the block at s + 32 i), with m, delta
-// and o in registers (4 ymm each): per element the multiplies and adds of gdn_columns, in the
-// same order (no FMA: each product is rounded before its add).
+// and o in registers (4 ymm each; the c loops unroll fully): per element the multiplies and adds
+// of gdn_columns, in the same order (no FMA: each product is rounded before its add).
 KEV_AVX2 void gdn_block32_step(float* s, int64_t dk, float eg, const float* k, const float* q,
                                const float* v, float beta, float* o) {
-  const __m256 egv = _mm256_set1_ps(eg);
-  __m256 m0 = _mm256_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
-  for (int64_t i = 0; i < dk; ++i) {
+  constexpr int kVecs = 4;
+  const __m256 egv = _mm256_set1_ps(eg), bv = _mm256_set1_ps(beta);
+  __m256 acc[kVecs], delta[kVecs];
+  for (int c = 0; c < kVecs; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < dk; ++i) {  // S *= eg; m += k_i S
     float* row = s + i * 32;
     const __m256 ki = _mm256_set1_ps(k[i]);
-    const __m256 r0 = _mm256_mul_ps(_mm256_loadu_ps(row), egv);
-    const __m256 r1 = _mm256_mul_ps(_mm256_loadu_ps(row + 8), egv);
-    const __m256 r2 = _mm256_mul_ps(_mm256_loadu_ps(row + 16), egv);
-    const __m256 r3 = _mm256_mul_ps(_mm256_loadu_ps(row + 24), egv);
-    _mm256_storeu_ps(row, r0);
-    _mm256_storeu_ps(row + 8, r1);
-    _mm256_storeu_ps(row + 16, r2);
-    _mm256_storeu_ps(row + 24, r3);
-    m0 = _mm256_add_ps(m0, _mm256_mul_ps(ki, r0));
-    m1 = _mm256_add_ps(m1, _mm256_mul_ps(ki, r1));
-    m2 = _mm256_add_ps(m2, _mm256_mul_ps(ki, r2));
-    m3 = _mm256_add_ps(m3, _mm256_mul_ps(ki, r3));
+    for (int c = 0; c < kVecs; ++c) {
+      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + 8 * c), egv);
+      _mm256_storeu_ps(row + 8 * c, r);
+      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(ki, r));
+    }
   }
-  const __m256 bv = _mm256_set1_ps(beta);
-  const __m256 d0 = _mm256_mul_ps(bv, _mm256_sub_ps(_mm256_loadu_ps(v), m0));
-  const __m256 d1 = _mm256_mul_ps(bv, _mm256_sub_ps(_mm256_loadu_ps(v + 8), m1));
-  const __m256 d2 = _mm256_mul_ps(bv, _mm256_sub_ps(_mm256_loadu_ps(v + 16), m2));
-  const __m256 d3 = _mm256_mul_ps(bv, _mm256_sub_ps(_mm256_loadu_ps(v + 24), m3));
-  __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-  for (int64_t i = 0; i < dk; ++i) {
+  for (int c = 0; c < kVecs; ++c) {  // delta = beta (v - m); o = 0
+    delta[c] = _mm256_mul_ps(bv, _mm256_sub_ps(_mm256_loadu_ps(v + 8 * c), acc[c]));
+    acc[c] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < dk; ++i) {  // S += k_i delta; o += q_i S
     float* row = s + i * 32;
     const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
-    const __m256 r0 = _mm256_add_ps(_mm256_loadu_ps(row), _mm256_mul_ps(ki, d0));
-    const __m256 r1 = _mm256_add_ps(_mm256_loadu_ps(row + 8), _mm256_mul_ps(ki, d1));
-    const __m256 r2 = _mm256_add_ps(_mm256_loadu_ps(row + 16), _mm256_mul_ps(ki, d2));
-    const __m256 r3 = _mm256_add_ps(_mm256_loadu_ps(row + 24), _mm256_mul_ps(ki, d3));
-    _mm256_storeu_ps(row, r0);
-    _mm256_storeu_ps(row + 8, r1);
-    _mm256_storeu_ps(row + 16, r2);
-    _mm256_storeu_ps(row + 24, r3);
-    o0 = _mm256_add_ps(o0, _mm256_mul_ps(qi, r0));
-    o1 = _mm256_add_ps(o1, _mm256_mul_ps(qi, r1));
-    o2 = _mm256_add_ps(o2, _mm256_mul_ps(qi, r2));
-    o3 = _mm256_add_ps(o3, _mm256_mul_ps(qi, r3));
+    for (int c = 0; c < kVecs; ++c) {
+      const __m256 r = _mm256_add_ps(_mm256_loadu_ps(row + 8 * c), _mm256_mul_ps(ki, delta[c]));
+      _mm256_storeu_ps(row + 8 * c, r);
+      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, r));
+    }
   }
-  _mm256_storeu_ps(o, o0);
-  _mm256_storeu_ps(o + 8, o1);
-  _mm256_storeu_ps(o + 16, o2);
-  _mm256_storeu_ps(o + 24, o3);
+  for (int c = 0; c < kVecs; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
 }
 
 // Column block by column block, every token: a block's 32 columns are copied out of the
