@@ -80,7 +80,7 @@ def setup(tmp_path_factory):
     from score_reference import ScoringReference
     synth, bundle = synth_bundle(tmp_path_factory.mktemp("score"), "--tokenizer", QWEN3, "--seed", 11,
                                  "--linear-key-dim", 32, "--linear-value-dim", 32)
-    return {"bundle": bundle, "ref": ScoringReference(synth)}
+    return {"bundle": bundle, "ref": ScoringReference(synth), "synth": synth}
 
 
 def score_stream(bundle, reqs, *extra):
@@ -149,3 +149,13 @@ def test_truncating_mode_matches_the_reference(setup):
     proc, strict = score_stream(setup["bundle"], reqs, "--max-state", "12")
     assert proc.returncode != 0
     assert all(s.get("status") == 422 and "state" in s["detail"] for s in strict)
+
+
+def test_reference_widening_weights_at_use_is_the_same_reference(setup):
+    # The Kev-4B parity runs (bench/precision_bench.py --widen-on-use) keep the merged weights in
+    # BF16 and widen each at use; every BF16 value is a float64 one, so nothing may change.
+    from score_reference import ScoringReference
+    reqs = requests(seed=7, count=8)
+    want = [r.get("probabilities") for r in setup["ref"].score(reqs)]
+    got = [r.get("probabilities") for r in ScoringReference(setup["synth"], widen_on_use=True).score(reqs)]
+    assert got == want and any(want)
