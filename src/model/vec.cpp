@@ -245,9 +245,17 @@ void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t r
   for (int64_t r = 0; r < rows; ++r) out[r] = dot(a, x + r * ld, n);
 }
 
+// The GEMM family's level (KEV_GEMM_ISA / KEV_ISA cap it), at most AVX2: these kernels have no
+// AVX-512 form, and AVX-512 CPUs run the AVX2 one.
+namespace {
+Isa vec_isa() {
+  static const Isa isa = std::min(dispatch_isa("KEV_GEMM_ISA"), Isa::kAvx2);
+  return isa;
+}
+}  // namespace
+
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
-  static const Isa isa = dispatch_isa("KEV_GEMM_ISA");
-  dot_rows_isa(isa, a, x, ld, rows, n, out);
+  dot_rows_isa(vec_isa(), a, x, ld, rows, n, out);
 }
 
 void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
@@ -259,9 +267,7 @@ void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const
 }
 
 void gdn_steps(float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
-  // The GEMM family's level (KEV_GEMM_ISA / KEV_ISA cap it); AVX-512 CPUs run the AVX2 form.
-  static const Isa isa = dispatch_isa("KEV_GEMM_ISA");
-  gdn_steps_isa(isa, s, dk, dv, len, t);
+  gdn_steps_isa(vec_isa(), s, dk, dv, len, t);
 }
 
 }  // namespace kev::vec
