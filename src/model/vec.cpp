@@ -186,10 +186,6 @@ KEV_AVX2 void gdn_steps_avx2(float* s, int64_t dk, int64_t dv, int64_t len, cons
                    t.v + n * t.qkv_stride, t.beta[n], t.o + n * t.o_stride, scratch.data());
 }
 
-}  // namespace
-
-namespace {
-
 // dot's lane tree on a 16-lane accumulator held as two ymm (lanes 0-7, 8-15): (l, l+8), then
 // (l, l+4), (l, l+2), (0, 1), each a single rounding as in tree16.
 KEV_AVX2 inline float tree16_avx2(__m256 lo, __m256 hi) {
@@ -238,6 +234,13 @@ KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t 
   }
 }
 
+// The GEMM family's level (KEV_GEMM_ISA / KEV_ISA cap it), at most AVX2: these kernels have no
+// AVX-512 form, and AVX-512 CPUs run the AVX2 one.
+Isa vec_isa() {
+  static const Isa isa = std::min(dispatch_isa("KEV_GEMM_ISA"), Isa::kAvx2);
+  return isa;
+}
+
 }  // namespace
 
 void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
@@ -245,15 +248,6 @@ void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t r
   if (isa != Isa::kPortable && n % 16 == 0) return dot_rows_avx2(a, x, ld, rows, n, out);
   for (int64_t r = 0; r < rows; ++r) out[r] = dot(a, x + r * ld, n);
 }
-
-// The GEMM family's level (KEV_GEMM_ISA / KEV_ISA cap it), at most AVX2: these kernels have no
-// AVX-512 form, and AVX-512 CPUs run the AVX2 one.
-namespace {
-Isa vec_isa() {
-  static const Isa isa = std::min(dispatch_isa("KEV_GEMM_ISA"), Isa::kAvx2);
-  return isa;
-}
-}  // namespace
 
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
   dot_rows_isa(vec_isa(), a, x, ld, rows, n, out);
