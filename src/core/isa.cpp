@@ -54,6 +54,13 @@ bool isa_supported(Isa isa) {
   }
 }
 
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
+    if (isa_supported(isa)) out.push_back(isa);
+  return out;
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAvx512:

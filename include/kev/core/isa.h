@@ -13,6 +13,7 @@
 #pragma once
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace kev {
 
@@ -20,7 +21,8 @@ enum class Isa { kPortable, kAvx2, kAvx512 };
 
 // kAvx2 needs AVX2 + FMA; kAvx512 needs AVX-512 F/BW/VL + FMA. kPortable always runs.
 bool isa_supported(Isa isa);
-const char* isa_name(Isa isa);                        // "portable", "avx2", "avx512"
+std::vector<Isa> supported_isas();  // every level isa_supported reports, lowest first
+const char* isa_name(Isa isa);      // "portable", "avx2", "avx512"
 std::optional<Isa> parse_isa(std::string_view name);  // nullopt if unknown
 Isa best_supported_isa();                             // ignores the environment
 Isa dispatch_isa(const char* family_env);  // best_supported_isa() capped by KEV_ISA / family_env

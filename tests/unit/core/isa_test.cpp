@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "kev/core/error.h"
 
@@ -49,6 +50,13 @@ TEST(Isa, SupportAgreesWithProcCpuinfo) {
   EXPECT_EQ(isa_supported(Isa::kAvx2), f.count("avx2") && f.count("fma"));
   EXPECT_EQ(isa_supported(Isa::kAvx512), f.count("avx2") && f.count("fma") && f.count("avx512f") &&
                                              f.count("avx512bw") && f.count("avx512vl"));
+}
+
+TEST(Isa, SupportedListIsWhatTheCpuRunsLowestFirst) {
+  std::vector<Isa> want = {Isa::kPortable};
+  if (isa_supported(Isa::kAvx2)) want.push_back(Isa::kAvx2);
+  if (isa_supported(Isa::kAvx512)) want.push_back(Isa::kAvx512);
+  EXPECT_EQ(supported_isas(), want);
 }
 
 TEST(Isa, NamesRoundTrip) {

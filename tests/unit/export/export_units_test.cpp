@@ -377,8 +377,7 @@ TEST(Merge, RankOneMatchesFloat64Formula) {
   std::vector<uint16_t> w(wf.size()), out(wf.size());
   for (size_t i = 0; i < wf.size(); ++i) w[i] = f32_to_bf16(wf[i]);
   auto b = uniform(rows, -0.05f, 0.05f, 2), a = uniform(cols, -0.2f, 0.2f, 3);
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : supported_isas()) {
     merge_lora_rows(w.data(), b.data(), a.data(), 1, cols, 3.0f, rows, out.data(), isa);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
@@ -416,8 +415,7 @@ TEST(Merge, NanBecomesCanonical) {
   w[1] = 0xffc0;
   w[20] = 0xff81;
   std::vector<float> b = {1.0f}, a(64, 0.0f);
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : supported_isas()) {
     merge_lora_rows(w.data(), b.data(), a.data(), 1, 64, 2.0f, 1, out.data(), isa);
     EXPECT_EQ(out[20], 0x7fc0);
     EXPECT_EQ(out[0], 0x7fc0);

@@ -65,13 +65,6 @@ std::vector<double> reference_logits(const PointerHeadWeights& w, const float* d
   return out;
 }
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
-    if (isa_supported(isa)) out.push_back(isa);
-  return out;
-}
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }

@@ -24,18 +24,11 @@ std::vector<float> run(const Problem& p, Isa isa, size_t threads) {
   return y;
 }
 
-std::vector<Isa> isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
-    if (isa_supported(i)) out.push_back(i);
-  return out;
-}
-
 TEST(Gemm, MatchesDoubleReference) {
   for (auto [m, k, n] :
        {std::tuple{1, 1, 1}, {7, 83, 11}, {5, 16, 9}, {13, 256, 33}, {4, 1000, 4}}) {
     Problem p = make(m, k, n, 7);
-    for (Isa isa : isas()) {
+    for (Isa isa : supported_isas()) {
       std::vector<float> y = run(p, isa, 2);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
@@ -55,7 +48,7 @@ TEST(Gemm, MatchesDoubleReference) {
 TEST(Gemm, IsaThreadAndBatchIndependentBitwise) {
   Problem p = make(19, 211, 37, 11);
   std::vector<float> base = run(p, Isa::kPortable, 1);
-  for (Isa isa : isas())
+  for (Isa isa : supported_isas())
     for (size_t threads : {1, 2, 3}) EXPECT_EQ(run(p, isa, threads), base) << isa_name(isa);
   // Each row computed alone equals the same row inside the batch.
   for (int64_t r : {0, 5, 18}) {
@@ -74,7 +67,7 @@ TEST(Gemm, UnalignedWeightsAndStrides) {
   for (int64_t i = 0; i < p.m; ++i)
     std::copy(p.x.begin() + i * p.k, p.x.begin() + (i + 1) * p.k, xs.begin() + i * 50);
   std::vector<float> want = run(p, Isa::kPortable, 1);
-  for (Isa isa : isas()) {
+  for (Isa isa : supported_isas()) {
     std::vector<float> y(static_cast<size_t>(p.m * 12));
     gemm_bf16_isa(isa, xs.data(), p.m, 50, Bf16Matrix{shifted.data() + 1, p.n, p.k}, y.data(), 12,
                   2);
@@ -118,14 +111,14 @@ TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
                          {1543, 40, 70}}) {
     Problem p = make(m, k, n, static_cast<unsigned>(m * 7 + k));
     std::vector<float> want = contract_order(p);
-    for (Isa isa : isas())
+    for (Isa isa : supported_isas())
       for (size_t threads : {1, 2, 3, 5})
         EXPECT_EQ(run(p, isa, threads), want)
             << isa_name(isa) << " threads=" << threads << " m=" << m << " k=" << k;
     for (int64_t r : std::initializer_list<int64_t>{0, m / 2, m - 1}) {
       Problem one{1, p.k, p.n,
                   std::vector<float>(p.x.begin() + r * p.k, p.x.begin() + (r + 1) * p.k), p.w};
-      for (Isa isa : isas()) {
+      for (Isa isa : supported_isas()) {
         std::vector<float> y = run(one, isa, 2);
         for (int64_t j = 0; j < p.n; ++j)
           ASSERT_EQ(y[j], want[r * p.n + j]) << isa_name(isa) << " row " << r;
@@ -145,7 +138,7 @@ TEST(Gemm, PrefillBatchStridesAndAlignment) {
   std::vector<float> xs(static_cast<size_t>(p.m * ldx), NAN);
   for (int64_t i = 0; i < p.m; ++i)
     std::copy(p.x.begin() + i * p.k, p.x.begin() + (i + 1) * p.k, xs.begin() + i * ldx);
-  for (Isa isa : isas()) {
+  for (Isa isa : supported_isas()) {
     std::vector<float> y(static_cast<size_t>(p.m * ldy), -7.0f);
     gemm_bf16_isa(isa, xs.data(), p.m, ldx, Bf16Matrix{shifted.data() + 1, p.n, p.k}, y.data(), ldy,
                   2);

@@ -26,13 +26,6 @@ std::vector<float> run(const Problem& p, const Int8Matrix& q, Isa isa, size_t th
   return y;
 }
 
-std::vector<Isa> isas() {
-  std::vector<Isa> out;
-  for (Isa i : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
-    if (isa_supported(i)) out.push_back(i);
-  return out;
-}
-
 TEST(GemmInt8, QuantizeRowRule) {
   std::vector<float> v(40, 0.0f);
   v[0] = 2.0f;
@@ -65,7 +58,7 @@ TEST(GemmInt8, CloseToUnquantizedProduct) {
                          {9, 1024, 70}}) {
     Problem p = make(m, k, n, 11);
     Int8Matrix q = quantize_int8(p.mat(), 2);
-    for (Isa isa : isas()) {
+    for (Isa isa : supported_isas()) {
       std::vector<float> y = run(p, q, isa, 2);
       double err2 = 0, ref2 = 0;
       for (int64_t i = 0; i < m; ++i)
@@ -94,14 +87,14 @@ TEST(GemmInt8, BitwiseAcrossIsaBatchAndThreads) {
   Int8Matrix q = quantize_int8(p.mat(), 1);
   EXPECT_EQ(q.scale, quantize_int8(p.mat(), 3).scale);
   std::vector<float> ref = run(p, q, Isa::kPortable, 1);
-  for (Isa isa : isas())
+  for (Isa isa : supported_isas())
     for (size_t threads : {1, 2, 3, 8}) {
       std::vector<float> y = run(p, q, isa, threads);
       ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
           << isa_name(isa) << " threads=" << threads;
     }
   // Any sub-batch of rows gives the same rows.
-  for (Isa isa : isas())
+  for (Isa isa : supported_isas())
     for (int64_t first : {0, 3, 22})
       for (int64_t count : {1, 2, 5}) {
         if (first + count > p.m) continue;

@@ -67,8 +67,7 @@ TEST(Vec, GdnStepMatchesPlainUpdateBitwise) {
 // update token after token, bitwise, on every level this CPU runs; strided q/k/v and o as the
 // forward lays them out, head sizes with and without a partial 32-column block.
 TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : supported_isas()) {
     for (auto [dk, dv, len] : {std::tuple<int64_t, int64_t, int64_t>{128, 128, 40},
                                {32, 96, 9},
                                {16, 70, 7},
@@ -119,8 +118,7 @@ float plain_dot(const float* a, const float* b, int64_t n) {
 TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
   std::mt19937 rng(21);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : supported_isas()) {
     for (auto [rows, n, ld] : {std::tuple<int64_t, int64_t, int64_t>{9, 256, 1024},
                                {4, 128, 128},
                                {3, 32, 40},
