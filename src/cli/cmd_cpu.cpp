@@ -3,6 +3,7 @@
 // gemm_int8_kernel / gemm_bf16_dot name the precision-mode kernels (gemm_avx512.h); asking for
 // them runs the AVX-512 start-up probes on a CPU that has those kernels.
 #include <cstdio>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -21,12 +22,18 @@ const bool registered = kev::cli::register_command(
     [](CLI::App&) {
       return [] {
         using kev::Isa;
-        nlohmann::json j = {{"supported",
-                             {{"portable", true},
-                              {"avx2", kev::isa_supported(Isa::kAvx2)},
-                              {"avx512", kev::isa_supported(Isa::kAvx512)},
-                              {"avx512_vnni", kev::cpu_has_avx512_vnni()},
-                              {"avx512_bf16", kev::cpu_has_avx512_bf16()}}},
+        // "supported": this architecture's levels, then the extensions some kernels use.
+        nlohmann::json supported = nlohmann::json::object();
+        for (Isa isa : kev::arch_isas()) supported[kev::isa_name(isa)] = kev::isa_supported(isa);
+        if (std::string_view(kev::arch_name()) == "aarch64") {
+          supported["dotprod"] = kev::cpu_has_arm_dotprod();
+          supported["sve"] = kev::cpu_has_arm_sve();
+        } else {
+          supported["avx512_vnni"] = kev::cpu_has_avx512_vnni();
+          supported["avx512_bf16"] = kev::cpu_has_avx512_bf16();
+        }
+        nlohmann::json j = {{"arch", kev::arch_name()},
+                            {"supported", supported},
                             {"kernels",
                              {{"gemm", kev::isa_name(kev::best_gemm_isa())},
                               {"gemm_int8", kev::isa_name(kev::best_int8_isa())},

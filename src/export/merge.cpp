@@ -1,11 +1,15 @@
 #include "kev/export/merge.h"
 
+#include "kev/core/kernel_order.h"
+
+#if KEV_X86
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*(), which trips a
 // false -Wmaybe-uninitialized when inlined; the values are fully defined.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <cstdlib>
@@ -43,7 +47,8 @@ void merge_scalar(const uint8_t* w, const float* b, const float* a, int64_t rank
     merge_row_tail(w + 2 * i * cols, b + i * rank, a, rank, cols, scale, 0, out + 2 * i * cols);
 }
 
-__attribute__((target("avx2,fma"))) inline __m256i round_bf16_avx2(__m256 s) {
+#if KEV_X86
+KEV_TARGET_AVX2 inline __m256i round_bf16_avx2(__m256 s) {
   __m256i u = _mm256_castps_si256(s);
   __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   __m256i r =
@@ -52,9 +57,8 @@ __attribute__((target("avx2,fma"))) inline __m256i round_bf16_avx2(__m256 s) {
   return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), _mm256_castps_si256(nan));
 }
 
-__attribute__((target("avx2,fma"))) void merge_avx2(const uint8_t* w, const float* b,
-                                                    const float* a, int64_t rank, int64_t cols,
-                                                    float scale, int64_t rows, uint8_t* out) {
+KEV_TARGET_AVX2 void merge_avx2(const uint8_t* w, const float* b, const float* a, int64_t rank,
+                                int64_t cols, float scale, int64_t rows, uint8_t* out) {
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int64_t i = 0; i < rows; ++i) {
     const uint8_t* w_row = w + 2 * i * cols;
@@ -136,6 +140,7 @@ __attribute__((target("avx512f,avx512bw,fma"))) void merge_avx512(const uint8_t*
     merge_row_tail(w_row, b_row, a, rank, cols, scale, j, out_row);
   }
 }
+#endif  // KEV_X86
 
 }  // namespace
 
@@ -151,12 +156,14 @@ void merge_lora_rows(const void* w, const float* b, const float* a, int64_t rank
   auto* wp = static_cast<const uint8_t*>(w);
   auto* op = static_cast<uint8_t*>(out);
   switch (isa) {
+#if KEV_X86
     case Isa::kAvx512:
       merge_avx512(wp, b, a, rank, cols, scale, rows, op);
       break;
     case Isa::kAvx2:
       merge_avx2(wp, b, a, rank, cols, scale, rows, op);
       break;
+#endif
     default:
       merge_scalar(wp, b, a, rank, cols, scale, rows, op);
       break;

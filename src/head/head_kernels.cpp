@@ -8,7 +8,9 @@
 
 #include "kev/core/error.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#include "kev/core/kernel_order.h"
+
+#if KEV_X86
 // GCC 12 reports its own _mm*_undefined_*() placeholders inside some intrinsics as
 // uninitialised once they are inlined; the warning is about the header, not this code.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -61,11 +63,7 @@ inline void store_part(float* p, const V& v, size_t n) {
   std::memcpy(p, v.x, n * sizeof(float));
 }
 inline float reduce(const V& a) {
-  float s8[8], s4[4], s2[2];
-  for (int i = 0; i < 8; ++i) s8[i] = a.x[i] + a.x[i + 8];
-  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
-  for (int i = 0; i < 2; ++i) s2[i] = s4[i] + s4[i + 2];
-  return s2[0] + s2[1];
+  return tree16(a.x);
 }
 constexpr size_t kMaxNq = 4;
 constexpr int rows_for(int) {

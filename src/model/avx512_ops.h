@@ -9,11 +9,15 @@
 // Register view: I is 512 bits as 16 little-endian dwords (32 int16 or BF16 values, element 2i
 // in the low half of dword i), F is 16 floats.
 #pragma once
-#include <immintrin.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "kev/core/kernel_order.h"
+
+#if KEV_X86
+#include <immintrin.h>
+#endif
 
 namespace kev::avx512 {
 
@@ -116,6 +120,7 @@ struct EmuOps {
   }
 };
 
+#if KEV_X86
 #define KEV_OPS(features) static inline __attribute__((always_inline, target(features)))
 
 // The operations every real variant shares (AVX-512 F + BW).
@@ -166,5 +171,6 @@ struct Avx512Bf16Ops : Avx512BaseOps {
 };
 
 #undef KEV_OPS
+#endif  // KEV_X86
 
 }  // namespace kev::avx512

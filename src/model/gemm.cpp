@@ -1,7 +1,5 @@
 #include "kev/model/gemm.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -10,21 +8,17 @@
 #include <vector>
 
 #include "kev/core/error.h"
+#include "kev/core/kernel_order.h"
 #include "kev/core/threads.h"
+
+#if KEV_X86
+#include <immintrin.h>
+#endif
 
 namespace kev {
 namespace {
 
 constexpr int kLanes = 16;
-
-// The fixed lane-reduction tree shared by every path.
-inline float reduce16(const float* l) {
-  float t[8], u[4], v[2];
-  for (int i = 0; i < 8; ++i) t[i] = l[i] + l[i + 8];
-  for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
-  for (int i = 0; i < 2; ++i) v[i] = u[i] + u[i + 2];
-  return v[0] + v[1];
-}
 
 // ---- scalar (reference order, any CPU) ----
 template <int MR, int NR>
@@ -43,13 +37,14 @@ void kernel_scalar(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, 
         std::memcpy(&wf, &u, 4);
         acc[k % kLanes] = std::fma(xr[k], wf, acc[k % kLanes]);
       }
-      y[i * ldy + j] = reduce16(acc);
+      y[i * ldy + j] = tree16(acc);
     }
   }
 }
 
+#if KEV_X86
 // ---- AVX2: a 16-lane accumulator is two ymm registers (lanes 0-7, 8-15) ----
-#define KEV_AVX2 __attribute__((target("avx2,fma")))
+#define KEV_AVX2 KEV_TARGET_AVX2
 
 KEV_AVX2 inline __m256 widen8(const uint16_t* p) {
   __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -106,7 +101,7 @@ KEV_AVX2 void kernel_avx2(const float* x, int64_t ldx, const uint16_t* w, int64_
     for (int j = 0; j < NR; ++j) {
       _mm256_store_ps(lanes, lo[i][j]);
       _mm256_store_ps(lanes + 8, hi[i][j]);
-      y[i * ldy + j] = reduce16(lanes);
+      y[i * ldy + j] = tree16(lanes);
     }
 }
 
@@ -293,9 +288,11 @@ KEV_AVX512 void kernel_avx512(const float* x, int64_t ldx, const uint16_t* w, in
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
       _mm512_store_ps(lanes, acc[i][j]);
-      y[i * ldy + j] = reduce16(lanes);
+      y[i * ldy + j] = tree16(lanes);
     }
 }
+
+#endif  // KEV_X86
 
 using Kernel = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t);
 
@@ -305,6 +302,7 @@ template <int MR, int NR>
 struct ScalarK {
   static constexpr Kernel fn = &kernel_scalar<MR, NR>;
 };
+#if KEV_X86
 template <int MR, int NR>
 struct Avx2K {
   static constexpr Kernel fn = &kernel_avx2<MR, NR>;
@@ -313,6 +311,7 @@ template <int MR, int NR>
 struct Avx512K {
   static constexpr Kernel fn = &kernel_avx512<MR, NR>;
 };
+#endif
 
 template <template <int, int> class K, int MR, int NR>
 struct TileSet {
@@ -335,10 +334,12 @@ struct IsaPlan {
 
 IsaPlan plan_for(Isa isa) {
   switch (isa) {
+#if KEV_X86
     case Isa::kAvx512:
       return {&TileSet<Avx512K, 4, 4>::get, 4, 4};
     case Isa::kAvx2:  // 2x2 tiles: 8 accumulator pairs plus operands fit 16 ymm registers
       return {&TileSet<Avx2K, 2, 2>::get, 2, 2};
+#endif
     default:
       return {&TileSet<ScalarK, 1, 1>::get, 4, 4};
   }
@@ -363,6 +364,7 @@ void run_range(const IsaPlan& plan, const float* x, int64_t rows, int64_t ldx, c
   }
 }
 
+#if KEV_X86
 // Batches of at least this many rows and outputs take the lane-major AVX2 path; below that
 // packing would not pay for itself and the direct kernel runs.
 constexpr int64_t kPackMinRows = 6, kPackMinCols = 64;
@@ -411,6 +413,7 @@ void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, fl
   }
 }
 
+#endif  // KEV_X86
 }  // namespace
 
 Isa best_gemm_isa() {
@@ -431,6 +434,7 @@ void gemm_bf16_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Bf1
   int64_t per = (w.rows + chunks - 1) / chunks;
   per = std::max<int64_t>(plan.nr * 4, (per + plan.nr - 1) / plan.nr * plan.nr);
   int64_t count = (w.rows + per - 1) / per;
+#if KEV_X86
   if (isa == Isa::kAvx2 && rows >= kPackMinRows && w.rows >= kPackMinCols) {
     // Pack the activations of up to kLmRowChunk rows at a time (shared by all threads; bounds
     // the pack at 768 x K floats, 28 MB at K = 9216), then split outputs in multiples of 16.
@@ -464,6 +468,7 @@ void gemm_bf16_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Bf1
     }
     return;
   }
+#endif
   if (count <= 1 || threads <= 1) {
     run_range(plan, x, rows, ldx, w, y, ldy, 0, w.rows);
     return;

@@ -16,7 +16,7 @@
 namespace kev {
 namespace {
 
-constexpr int64_t kGroup = 16;  // outputs per packed group (the Int8Matrix layout too)
+constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMatrix's too)
 constexpr int64_t kBf16TileRows = 6;
 
 // One kernel body per implementation of the vector operations. Only the real instantiations
@@ -29,6 +29,7 @@ using V = avx512::EmuOps;
 #undef KEV_TARGET
 }  // namespace emu
 
+#if KEV_X86
 namespace vnni {
 using V = avx512::Avx512VnniOps;
 #define KEV_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -49,6 +50,7 @@ using V = avx512::Avx512Bf16Ops;
 #include "model/gemm_avx512_bf16.inc"
 #undef KEV_TARGET
 }  // namespace bf16
+#endif  // KEV_X86
 
 std::mutex note_mutex;
 std::string probe_note;
@@ -168,12 +170,14 @@ Int8Kernel avx512_int8_variant() {
 void range_int8(Int8Kernel k, const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                 const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   switch (k) {
+#if KEV_X86
     case Int8Kernel::kAvx512Vnni:
       vnni::int8_range(xq, kp, sx, rows, w, y, ldy, g0, g1);
       return;
     case Int8Kernel::kAvx512Bw:
       bw::int8_range(xq, kp, sx, rows, w, y, ldy, g0, g1);
       return;
+#endif
     case Int8Kernel::kAvx512Emulated:
       emu::int8_range(xq, kp, sx, rows, w, y, ldy, g0, g1);
       return;
@@ -312,10 +316,11 @@ void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
       static_cast<size_t>(count),
       [&](size_t c) {
         const int64_t g0 = static_cast<int64_t>(c) * per, g1 = std::min(w.groups, g0 + per);
+#if KEV_X86
         if (k == Bf16Kernel::kAvx512Bf16)
-          bf16::bf16_range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
-        else
-          emu::bf16_range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
+          return bf16::bf16_range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
+#endif
+        emu::bf16_range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
       },
       threads);
 }

@@ -1,21 +1,25 @@
 #include "kev/model/gemm_int8.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
+#include "kev/core/kernel_order.h"
 #include "kev/core/threads.h"
 #include "kev/model/gemm_avx512.h"
+
+#if KEV_X86
+#include <immintrin.h>
+#endif
 
 namespace kev {
 namespace {
 
-constexpr int64_t kGroup = 16;  // outputs per packed group
-constexpr int64_t kMr = 6;      // activation rows per AVX2 tile
+constexpr int64_t kGroup = kInt8Group;
+constexpr int64_t kMr = 6;  // activation rows per AVX2 tile
 constexpr int64_t kPairs = kQuantBlock / 2;
 constexpr float kWeightMax = 127.0f;  // int8 weights
 constexpr float kActMax = 32767.0f;   // int16 activations (gemm_int8.h says why)
@@ -55,7 +59,8 @@ inline int64_t packed_offset(int64_t blocks, int64_t g, int64_t j, int64_t k) {
   return ((g * blocks + b) * kPairs + s) * kGroup * 2 + j * 2 + e;
 }
 
-#define KEV_AVX2 __attribute__((target("avx2,fma")))
+#if KEV_X86
+#define KEV_AVX2 KEV_TARGET_AVX2
 
 // quantize_block for 32 floats (zero-padded) with AVX2: max, multiply, round-to-nearest-even
 // and clamp are exact or correctly rounded per element, so the result equals the scalar one.
@@ -104,6 +109,18 @@ void quantize_row_avx2(const float* v, int64_t n, Q* q, float* scale, float qmax
     for (int64_t i = 0; i < kQuantBlock; ++i) q[b * kQuantBlock + i] = static_cast<Q>(qi[i]);
   }
 }
+#endif  // KEV_X86
+
+// quantize_row, through the AVX2 form when `simd` (x86-64 only; the same values either way).
+template <typename Q>
+void quantize_row_as(bool simd, const float* v, int64_t n, Q* q, float* scale, float qmax) {
+#if KEV_X86
+  if (simd) return quantize_row_avx2<Q>(v, n, q, scale, qmax);
+#else
+  (void)simd;
+#endif
+  quantize_row<Q>(v, n, q, scale, qmax);
+}
 
 // Activations quantized per row: int16 [rows_padded][blocks * 32], scales [rows_padded][blocks].
 struct QuantRows {
@@ -122,12 +139,8 @@ void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_t
       static_cast<size_t>(rows),
       [&](size_t r) {
         const int64_t m = static_cast<int64_t>(r);
-        if (simd)
-          quantize_row_avx2<int16_t>(x + m * ldx, k_total, out.q.data() + m * out.kp,
-                                     out.s.data() + m * out.blocks, kActMax);
-        else
-          quantize_row<int16_t>(x + m * ldx, k_total, out.q.data() + m * out.kp,
-                                out.s.data() + m * out.blocks, kActMax);
+        quantize_row_as<int16_t>(simd, x + m * ldx, k_total, out.q.data() + m * out.kp,
+                                 out.s.data() + m * out.blocks, kActMax);
       },
       threads);
 }
@@ -157,6 +170,7 @@ void range_portable(const QuantRows& a, int64_t rows, const Int8Matrix& w, float
   }
 }
 
+#if KEV_X86
 // ---- AVX2 GEMM: 6 rows x 16 outputs; per pair of k, the two activations (int16) of a row are
 // broadcast and vpmaddwd-ed with 8 outputs' sign-extended weight pairs, exact int32 sums per
 // block, then one convert + scale FMA per block (the portable order, lane = output).
@@ -237,6 +251,8 @@ void range_avx2(const QuantRows& a, int64_t rows, const Int8Matrix& w, float* y,
   }
 }
 
+#endif  // KEV_X86
+
 }  // namespace
 
 void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale) {
@@ -266,10 +282,7 @@ Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
             std::memcpy(&h, src + k, 2);  // the mapping may be unaligned
             row[static_cast<size_t>(k)] = bf16_to_f32(h);
           }
-          if (simd)
-            quantize_row_avx2<int8_t>(row.data(), w.cols, q.data(), sc.data(), kWeightMax);
-          else
-            quantize_row<int8_t>(row.data(), w.cols, q.data(), sc.data(), kWeightMax);
+          quantize_row_as<int8_t>(simd, row.data(), w.cols, q.data(), sc.data(), kWeightMax);
           for (int64_t b = 0; b < m.blocks; ++b) {
             m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] =
                 sc[static_cast<size_t>(b)];
@@ -290,7 +303,8 @@ Isa best_int8_isa() {
   static const Isa best = [] {
     const Int8Kernel k = best_int8_kernel();
     if (k == Int8Kernel::kAvx512Vnni || k == Int8Kernel::kAvx512Bw) return Isa::kAvx512;
-    return std::min(dispatch_isa("KEV_GEMM_ISA"), Isa::kAvx2);  // or the probe fell back
+    // AVX2 (or portable) below AVX-512 or where its probe failed; other architectures: portable
+    return isa_at_most(dispatch_isa("KEV_GEMM_ISA"), std::array{Isa::kAvx2});
   }();
   return best;
 }
@@ -325,8 +339,10 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
         const int64_t g0 = static_cast<int64_t>(c) * per, g1 = std::min(w.groups, g0 + per);
         if (k == Int8Kernel::kPortable)
           range_portable(a, rows, w, y, ldy, g0, g1);
+#if KEV_X86
         else if (k == Int8Kernel::kAvx2)
           range_avx2(a, rows, w, y, ldy, g0, g1);
+#endif
         else
           int8_range_avx512(k, a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
       },

@@ -1,23 +1,24 @@
 #include "model/vec.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
+#include <array>
 #include <vector>
+
+#include "kev/core/kernel_order.h"
+
+#if KEV_X86
+#include <immintrin.h>
+#endif
 
 namespace kev::vec {
 
+// x86-64 compiles the plain loops for AVX-512, AVX2 and the baseline (the same operations in the
+// same order: -ffp-contract=off keeps every multiply and add separate); elsewhere once.
+#if KEV_X86
 #define KEV_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-namespace {
-inline float tree16(const float* l) {
-  float t[8], u[4], v[2];
-  for (int i = 0; i < 8; ++i) t[i] = l[i] + l[i + 8];
-  for (int i = 0; i < 4; ++i) u[i] = t[i] + t[i + 4];
-  for (int i = 0; i < 2; ++i) v[i] = u[i] + u[i + 2];
-  return v[0] + v[1];
-}
-}  // namespace
+#else
+#define KEV_CLONES
+#endif
 
 KEV_CLONES float dot(const float* a, const float* b, int64_t n) {
   float acc[16] = {};
@@ -126,7 +127,8 @@ KEV_CLONES void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float
 
 namespace {
 
-#define KEV_AVX2 __attribute__((target("avx2,fma")))
+#if KEV_X86
+#define KEV_AVX2 KEV_TARGET_AVX2
 
 // One step of 32 value columns held contiguously (row i of the block at s + 32 i), with m, delta
 // and o in registers (4 ymm each; the c loops unroll fully): per element the multiplies and adds
@@ -234,10 +236,12 @@ KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t 
   }
 }
 
+#endif  // KEV_X86
+
 // The GEMM family's level (KEV_GEMM_ISA / KEV_ISA cap it), at most AVX2: these kernels have no
-// AVX-512 form, and AVX-512 CPUs run the AVX2 one.
+// AVX-512 form, and AVX-512 CPUs run the AVX2 one; other architectures run the portable loops.
 Isa vec_isa() {
-  static const Isa isa = std::min(dispatch_isa("KEV_GEMM_ISA"), Isa::kAvx2);
+  static const Isa isa = isa_at_most(dispatch_isa("KEV_GEMM_ISA"), std::array{Isa::kAvx2});
   return isa;
 }
 
@@ -245,7 +249,11 @@ Isa vec_isa() {
 
 void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
                   float* out) {
+#if KEV_X86
   if (isa != Isa::kPortable && n % 16 == 0) return dot_rows_avx2(a, x, ld, rows, n, out);
+#else
+  (void)isa;
+#endif
   for (int64_t r = 0; r < rows; ++r) out[r] = dot(a, x + r * ld, n);
 }
 
@@ -254,7 +262,11 @@ void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t 
 }
 
 void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
+#if KEV_X86
   if (isa != Isa::kPortable) return gdn_steps_avx2(s, dk, dv, len, t);
+#else
+  (void)isa;
+#endif
   std::vector<float> m(static_cast<size_t>(dv));
   for (int64_t n = 0; n < len; ++n)
     gdn_step(s, dk, dv, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,

@@ -28,6 +28,8 @@
 namespace kev {
 
 constexpr int64_t kQuantBlock = 32;
+constexpr int64_t kInt8Group =
+    16;  // outputs per packed group of Int8Matrix (every kernel's layout)
 
 // A quantized [rows, cols] matrix, packed for the kernels: outputs in groups of 16 (the last
 // zero-padded), per group [block][pair of k][16 outputs][2] int8, scales [group][block][16].

@@ -44,6 +44,7 @@ class ScopedEnv {
 };
 
 TEST(Isa, SupportAgreesWithProcCpuinfo) {
+  if (std::string(arch_name()) != "x86-64") GTEST_SKIP() << "x86-64 flags";
   std::set<std::string> f = cpuinfo_flags();
   if (f.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags";
   EXPECT_TRUE(isa_supported(Isa::kPortable));
@@ -52,15 +53,50 @@ TEST(Isa, SupportAgreesWithProcCpuinfo) {
                                              f.count("avx512bw") && f.count("avx512vl"));
 }
 
+// Each architecture has its own levels; the other architectures' levels never run here.
+TEST(Isa, LevelsArePerArchitecture) {
+  const std::vector<Isa> levels(arch_isas().begin(), arch_isas().end());
+#if defined(__x86_64__)
+  EXPECT_EQ(levels, (std::vector<Isa>{Isa::kPortable, Isa::kAvx2, Isa::kAvx512}));
+  EXPECT_FALSE(isa_supported(Isa::kNeon));
+#elif defined(__aarch64__)
+  EXPECT_EQ(levels, (std::vector<Isa>{Isa::kPortable, Isa::kNeon}));
+  EXPECT_TRUE(isa_supported(Isa::kNeon));  // Advanced SIMD is part of the AArch64 Linux ABI
+  EXPECT_FALSE(isa_supported(Isa::kAvx2));
+  EXPECT_FALSE(isa_supported(Isa::kAvx512));
+#else
+  EXPECT_EQ(levels, (std::vector<Isa>{Isa::kPortable}));
+#endif
+}
+
 TEST(Isa, SupportedListIsWhatTheCpuRunsLowestFirst) {
-  std::vector<Isa> want = {Isa::kPortable};
-  if (isa_supported(Isa::kAvx2)) want.push_back(Isa::kAvx2);
-  if (isa_supported(Isa::kAvx512)) want.push_back(Isa::kAvx512);
+  std::vector<Isa> want;
+  for (Isa isa : arch_isas())
+    if (isa_supported(isa)) want.push_back(isa);
+  EXPECT_EQ(want.front(), Isa::kPortable);
   EXPECT_EQ(supported_isas(), want);
+  EXPECT_EQ(best_supported_isa(), want.back());
+}
+
+TEST(Isa, AtMostPicksTheHighestFamilyLevelNotAboveTheCap) {
+  const std::vector<Isa> avx2_only = {Isa::kAvx2};
+#if defined(__x86_64__)
+  EXPECT_EQ(isa_at_most(Isa::kAvx512, avx2_only), Isa::kAvx2);
+  EXPECT_EQ(isa_at_most(Isa::kAvx2, avx2_only), Isa::kAvx2);
+  EXPECT_EQ(isa_at_most(Isa::kPortable, avx2_only), Isa::kPortable);
+#else
+  EXPECT_EQ(isa_at_most(best_supported_isa(), avx2_only), Isa::kPortable);  // not this arch's
+#endif
+  const std::vector<Isa> neon_only = {Isa::kNeon};
+#if defined(__aarch64__)
+  EXPECT_EQ(isa_at_most(Isa::kNeon, neon_only), Isa::kNeon);
+#else
+  EXPECT_EQ(isa_at_most(best_supported_isa(), neon_only), Isa::kPortable);
+#endif
 }
 
 TEST(Isa, NamesRoundTrip) {
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512})
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kNeon})
     EXPECT_EQ(parse_isa(isa_name(isa)), isa);
   EXPECT_EQ(parse_isa("scalar"), Isa::kPortable);
   EXPECT_FALSE(parse_isa("AVX2").has_value());
@@ -74,14 +110,34 @@ TEST(Isa, EnvironmentCapsButNeverExceedsTheCpu) {
     EXPECT_EQ(dispatch_isa("KEV_TEST_FAMILY_ISA"), Isa::kPortable);
   }
   {
-    ScopedEnv cap("KEV_ISA", "avx512");  // above this CPU's best on AVX2 machines: falls back
+    // this architecture's top level: above this CPU's best on smaller CPUs, falls back
+    ScopedEnv cap("KEV_ISA", isa_name(arch_isas().back()));
     EXPECT_EQ(dispatch_isa("KEV_TEST_FAMILY_ISA"), best_supported_isa());
   }
   {
     ScopedEnv cap("KEV_ISA", "portable");
-    ScopedEnv family("KEV_TEST_FAMILY_ISA", "avx2");  // the family's own variable wins
-    Isa want = isa_supported(Isa::kAvx2) ? Isa::kAvx2 : Isa::kPortable;
+    // the family's own variable wins: this architecture's second level
+    const Isa second = arch_isas().size() > 1 ? arch_isas()[1] : Isa::kPortable;
+    ScopedEnv family("KEV_TEST_FAMILY_ISA", isa_name(second));
+    Isa want = isa_supported(second) ? second : Isa::kPortable;
     EXPECT_EQ(dispatch_isa("KEV_TEST_FAMILY_ISA"), want);
+  }
+}
+
+TEST(Isa, LevelsOfAnotherArchitectureAreRefused) {
+#if defined(__aarch64__)
+  ScopedEnv bad("KEV_GEMM_ISA", "avx2");
+  const char* want = "KEV_GEMM_ISA=avx2: not a level of this aarch64 build";
+#else
+  ScopedEnv bad("KEV_GEMM_ISA", "neon");
+  const char* want = "KEV_GEMM_ISA=neon: not a level of this";
+#endif
+  try {
+    check_isa_environment();
+    FAIL() << "accepted another architecture's level";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
   }
 }
 
