@@ -10,6 +10,7 @@
 #include "kev/core/error.h"
 #include "kev/core/kernel_order.h"
 #include "kev/core/threads.h"
+#include "model/kernels.h"
 
 #if KEV_X86
 #include <immintrin.h>
@@ -417,8 +418,7 @@ void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, fl
 }  // namespace
 
 Isa best_gemm_isa() {
-  static const Isa best = dispatch_isa("KEV_GEMM_ISA");
-  return best;
+  return model_kernels().gemm_isa();
 }
 
 void gemm_bf16_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w,

@@ -1,10 +1,10 @@
 #include "model/vec.h"
 
 #include <algorithm>
-#include <array>
 #include <vector>
 
 #include "kev/core/kernel_order.h"
+#include "model/kernels.h"
 
 #if KEV_X86
 #include <immintrin.h>
@@ -238,13 +238,6 @@ KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t 
 
 #endif  // KEV_X86
 
-// The GEMM family's level (KEV_GEMM_ISA / KEV_ISA cap it), at most AVX2: these kernels have no
-// AVX-512 form, and AVX-512 CPUs run the AVX2 one; other architectures run the portable loops.
-Isa vec_isa() {
-  static const Isa isa = isa_at_most(dispatch_isa("KEV_GEMM_ISA"), std::array{Isa::kAvx2});
-  return isa;
-}
-
 }  // namespace
 
 void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
@@ -258,7 +251,7 @@ void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t r
 }
 
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
-  dot_rows_isa(vec_isa(), a, x, ld, rows, n, out);
+  dot_rows_isa(model_kernels().vec_isa(), a, x, ld, rows, n, out);
 }
 
 void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
@@ -274,7 +267,7 @@ void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const
 }
 
 void gdn_steps(float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
-  gdn_steps_isa(vec_isa(), s, dk, dv, len, t);
+  gdn_steps_isa(model_kernels().vec_isa(), s, dk, dv, len, t);
 }
 
 }  // namespace kev::vec

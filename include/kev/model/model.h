@@ -3,7 +3,7 @@
 //
 // Contract:
 // - Model::load validates config and weights (see weights.h) and keeps the BF16 weights mapped.
-// - Arithmetic is FP32 on BF16 weights, in the fixed orders documented in gemm.h / forward.cpp;
+// - Arithmetic is FP32 on BF16 weights, in the fixed orders documented in gemm.h / layers.cpp;
 //   a row's result never depends on which other rows run with it, in which order, or on the
 //   thread count. With GdnMode::kRecurrent (default), prefix + row gives bitwise the same hidden
 //   states as prefix-then-row run as one sequence.
@@ -25,7 +25,7 @@
 //   products (gemm_int8.h; 1.125 bytes per weight held, the BF16 pages of those weights are
 //   released from the resident set), except the sensitive ones, which stay exact FP32: every
 //   projection of the first quarter of the layers (rounded up) and the query and key rows of
-//   each GDN in_proj_qkv (forward.cpp, int8_default_spec; the environment variable
+//   each GDN in_proj_qkv (projections.cpp, int8_default_spec; the environment variable
 //   KEV_INT8_CLASSES replaces that choice for parity studies, docs/performance.md). Every mode
 //   keeps the batch-, thread- and ISA-independence above (bitwise), except kBf16 between CPUs
 //   with and without AVX512_BF16; the fast modes carry a parity budget against kFp32 and the
@@ -66,8 +66,8 @@ struct ForwardOptions {
   Precision precision = Precision::kFp32;
 };
 
-struct Int8Weights;     // the quantized projections of kInt8 (forward.cpp)
-struct Bf16DotWeights;  // kBf16's projections in vdpbf16ps's pair layout (forward.cpp)
+struct Int8Weights;     // the quantized projections of kInt8 (projections.h)
+struct Bf16DotWeights;  // kBf16's projections, packed for a bf16 dot kernel (projections.h)
 
 // Per-layer cache after a prefix. Attention layers: k, v [length, kv_heads * head_dim] (after
 // k_norm and RoPE). GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest

@@ -1,0 +1,525 @@
+// The Qwen3.5 text forward. Facts checked against the upstream Qwen3.5 implementation
+// (Hugging Face transformers modeling_qwen3_5, which also carries the torch chunked and
+// recurrent gated-delta-rule references):
+// - RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), computed in FP32 (input, post-attention,
+//   final, q_norm, k_norm). The GDN output norm is x * rsqrt(mean(x^2) + eps) * w * silu(z).
+// - Attention: q_proj output viewed as [heads, 2 * head_dim], first half query, second half
+//   gate; q_norm/k_norm per head; RoPE on the first rotary_dim dims with rotate_half pairs
+//   (d, d + rot/2), inv_freq = theta^(-2i/rot); KV head of query head h is h / (heads /
+//   kv_heads) (repeat_kv = repeat_interleave); scale head_dim^-0.5; softmax in FP32; output
+//   * sigmoid(gate) before o_proj. For text the three mrope position streams are equal, so the
+//   interleaved sections give plain RoPE. Angles here are computed in double then rounded
+//   (upstream multiplies in FP32; the difference is below one FP32 ulp of the angle times pos).
+// - GDN: in_proj_qkv output (q | k | v, all heads) goes through ONE causal depthwise conv
+//   (kernel K, no bias, zero history or the cached last K-1 pre-conv inputs) then SiLU; then
+//   split; beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias); q, k L2-normalised as
+//   x * rsqrt(sum x^2 + 1e-6) (eps inside, added to the sum), then q * dk^-0.5; value head h
+//   uses key head h / (LV / LK) (repeat_interleave, not tile); per token: decay S first, then
+#include "model/layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kev/core/bf16.h"
+#include "kev/core/threads.h"
+#include "model/kernels.h"
+
+namespace kev {
+namespace {
+
+constexpr float kL2Eps = 1e-6f;
+
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+inline float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+// torch.nn.functional.softplus (beta 1, threshold 20).
+inline float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
+
+// Scratch for one batch; sized once per call, so nothing is allocated per token or per layer.
+struct Workspace {
+  std::vector<float> x, xn, mix, big1, big2, qkv, aux1, aux2, cos, sin, rounded;
+};
+
+void rmsnorm_rows(const float* x, float* out, int64_t rows, int64_t n, const float* w,
+                  bool plus_one, float eps, size_t threads) {
+  parallel_for(
+      static_cast<size_t>(rows),
+      [&](size_t r) {
+        const float* xr = x + static_cast<int64_t>(r) * n;
+        float* o = out + static_cast<int64_t>(r) * n;
+        float inv = 1.0f / std::sqrt(model_kernels().sum_sq(xr, n) / static_cast<float>(n) + eps);
+        for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * inv * (plus_one ? 1.0f + w[i] : w[i]);
+      },
+      threads);
+}
+
+void rmsnorm_inplace(float* x, int64_t n, const float* w, float eps) {
+  float inv = 1.0f / std::sqrt(model_kernels().sum_sq(x, n) / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
+}
+
+void rope_inplace(float* x, const float* c, const float* s, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    float x1 = x[i], x2 = x[i + half];
+    x[i] = x1 * c[i] - x2 * s[i];
+    x[i + half] = x2 * c[i] + x1 * s[i];
+  }
+}
+
+class Runner {
+ public:
+  Runner(const ModelWeights& w, const ForwardOptions& o, const Int8Weights* int8,
+         const Bf16DotWeights* bf16)
+      : w_(w),
+        c_(w.config()),
+        threads_(o.threads ? o.threads : default_workers()),
+        mode_(o.gdn),
+        precision_(o.precision),
+        int8_(int8),
+        bf16_(bf16),
+        k_(model_kernels()) {}
+
+  // Runs the segments (each continuing its own `from`, which may differ between segments) and
+  // writes final-normed hidden states [T, H]. With state_out (only for one segment) the
+  // extended state is returned there.
+  void run(std::vector<Segment>& segs, std::vector<float>& out, PrefixState* state_out) {
+    total_ = 0;
+    for (auto& s : segs) {
+      s.offset = total_;
+      total_ += s.len;
+    }
+    const int64_t t = total_, h = c_.hidden;
+    allocate(t);
+    embed(segs);
+    rope_tables(segs);
+    if (state_out) {
+      state_out->length = segs[0].from->length + segs[0].len;
+      state_out->layers.assign(static_cast<size_t>(c_.layers), {});
+    }
+    for (int64_t l = 0; l < c_.layers; ++l) {
+      const LayerWeights& lw = w_.layers()[static_cast<size_t>(l)];
+      LayerState* st = state_out ? &state_out->layers[static_cast<size_t>(l)] : nullptr;
+      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.input_norm.data(), true, eps(), threads_);
+      if (lw.full_attention)
+        attention(lw.attn, l, segs, st);
+      else
+        gdn(lw.gdn, l, segs, st);
+      add_into_x();
+      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.post_norm.data(), true, eps(), threads_);
+      mlp(lw);
+      add_into_x();
+    }
+    out.resize(static_cast<size_t>(t * h));
+    rmsnorm_rows(ws_.x.data(), out.data(), t, h, w_.final_norm().data(), true, eps(), threads_);
+  }
+
+ private:
+  float eps() const { return static_cast<float>(c_.rms_eps); }
+  size_t z(int64_t n) const { return static_cast<size_t>(n); }
+
+  void allocate(int64_t t) {
+    const int64_t h = c_.hidden;
+    int64_t big = std::max({c_.intermediate, c_.heads * c_.head_dim * 2, c_.lin_v_total()});
+    int64_t aux = std::max({c_.kv_heads * c_.head_dim, c_.lin_v_heads, c_.heads * c_.head_dim});
+    ws_.x.resize(z(t * h));
+    ws_.xn.resize(z(t * h));
+    ws_.mix.resize(z(t * h));
+    ws_.big1.resize(z(t * big));
+    ws_.big2.resize(z(t * big));
+    ws_.qkv.resize(z(t * std::max(c_.conv_dim(), c_.kv_heads * c_.head_dim)));
+    ws_.aux1.resize(z(t * std::max(aux, c_.conv_dim())));
+    ws_.aux2.resize(z(t * aux));
+    ws_.cos.resize(z(t * c_.rotary_dim / 2));
+    ws_.sin.resize(z(t * c_.rotary_dim / 2));
+  }
+
+  void embed(const std::vector<Segment>& segs) {
+    const int64_t h = c_.hidden;
+    for (const auto& s : segs)
+      for (int64_t i = 0; i < s.len; ++i) {
+        const uint16_t* src = w_.embed().data + static_cast<int64_t>(s.ids[i]) * h;
+        float* dst = ws_.x.data() + (s.offset + i) * h;
+        for (int64_t d = 0; d < h; ++d) {
+          uint16_t b;
+          std::memcpy(&b, src + d, 2);
+          dst[d] = bf16_to_f32(b);
+        }
+      }
+  }
+
+  void rope_tables(const std::vector<Segment>& segs) {
+    const int64_t half = c_.rotary_dim / 2;
+    for (const auto& s : segs)
+      for (int64_t i = 0; i < s.len; ++i)
+        for (int64_t f = 0; f < half; ++f) {
+          double inv_freq = std::pow(
+              c_.rope_theta, -2.0 * static_cast<double>(f) / static_cast<double>(c_.rotary_dim));
+          double angle = static_cast<double>(s.positions[z(i)]) * inv_freq;
+          ws_.cos[z((s.offset + i) * half + f)] = static_cast<float>(std::cos(angle));
+          ws_.sin[z((s.offset + i) * half + f)] = static_cast<float>(std::sin(angle));
+        }
+  }
+
+  void add_into_x() {
+    const int64_t n = total_ * c_.hidden;
+    for (int64_t i = 0; i < n; ++i) ws_.x[z(i)] += ws_.mix[z(i)];
+  }
+
+  // A big projection: runs in the model's precision (model.h).
+  void gemm(const float* x, int64_t ldx, const Bf16Matrix& m, float* y) {
+    project(precision_, int8_, bf16_, x, total_, ldx, m, y, threads_, ws_.rounded);
+  }
+  // FP32 activations in every mode (the small GDN gate projections).
+  void gemm_fp32(const float* x, int64_t ldx, const Bf16Matrix& m, float* y) {
+    k_.gemm(x, total_, ldx, m, y, m.rows, threads_);
+  }
+
+  void mlp(const LayerWeights& lw) {
+    const int64_t i_dim = c_.intermediate;
+    gemm(ws_.xn.data(), c_.hidden, lw.gate, ws_.big1.data());
+    gemm(ws_.xn.data(), c_.hidden, lw.up, ws_.big2.data());
+    float* g = ws_.big1.data();
+    const float* u = ws_.big2.data();
+    parallel_for(
+        z(total_),
+        [&](size_t r) {
+          for (int64_t i = static_cast<int64_t>(r) * i_dim; i < static_cast<int64_t>(r + 1) * i_dim;
+               ++i)
+            g[i] = silu(g[i]) * u[i];
+        },
+        threads_);
+    gemm(g, i_dim, lw.down, ws_.mix.data());
+  }
+
+  // ---- full attention ----
+  // Layer `layer`'s cache of a segment's own prefix.
+  static const LayerState& layer_in(const Segment& s, int64_t layer) {
+    return s.from->layers[static_cast<size_t>(layer)];
+  }
+
+  void attention(const AttentionWeights& a, int64_t layer, const std::vector<Segment>& segs,
+                 LayerState* st) {
+    const int64_t hd = c_.head_dim, nh = c_.heads, nkv = c_.kv_heads, half = c_.rotary_dim / 2;
+    const int64_t qg_w = nh * hd * 2, kv_w = nkv * hd;
+    float* qg = ws_.big1.data();  // [T, nh * 2hd]
+    float* kb = ws_.qkv.data();   // [T, kv_w]
+    float* vb = ws_.aux2.data();  // [T, kv_w]
+    float* qb = ws_.big2.data();  // [T, nh * hd] normed + roped queries
+    float* ao = ws_.aux1.data();  // [T, nh * hd]
+    gemm(ws_.xn.data(), c_.hidden, a.q, qg);
+    gemm(ws_.xn.data(), c_.hidden, a.k, kb);
+    gemm(ws_.xn.data(), c_.hidden, a.v, vb);
+    parallel_for(
+        z(total_),
+        [&](size_t r) {
+          const int64_t t = static_cast<int64_t>(r);
+          const float* cs = ws_.cos.data() + t * half;
+          const float* sn = ws_.sin.data() + t * half;
+          for (int64_t hh = 0; hh < nh; ++hh) {
+            float* q = qb + t * nh * hd + hh * hd;
+            std::memcpy(q, qg + t * qg_w + hh * 2 * hd, z(hd) * 4);
+            rmsnorm_inplace(q, hd, a.q_norm.data(), eps());
+            rope_inplace(q, cs, sn, half);
+          }
+          for (int64_t g = 0; g < nkv; ++g) {
+            float* k = kb + t * kv_w + g * hd;
+            rmsnorm_inplace(k, hd, a.k_norm.data(), eps());
+            rope_inplace(k, cs, sn, half);
+          }
+        },
+        threads_);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const size_t tasks = segs.size() * z(nh);
+    parallel_for(
+        tasks,
+        [&](size_t task) {
+          const Segment& s = segs[task / z(nh)];
+          const LayerState& in = layer_in(s, layer);
+          const int64_t past = static_cast<int64_t>(in.k.size()) / kv_w;
+          const int64_t hh = static_cast<int64_t>(task % z(nh));
+          const int64_t g = hh / (nh / nkv);
+          std::vector<float> p(z(past + s.len));
+          for (int64_t i = 0; i < s.len; ++i) {
+            const int64_t t = s.offset + i;
+            const float* q = qb + t * nh * hd + hh * hd;
+            const int64_t n = past + i + 1;
+            // Scores against the cached keys, then this segment's (each key in order).
+            if (past > 0) k_.dot_rows(q, in.k.data() + g * hd, kv_w, past, hd, p.data());
+            k_.dot_rows(q, kb + s.offset * kv_w + g * hd, kv_w, i + 1, hd, p.data() + past);
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < n; ++j) {
+              p[z(j)] = p[z(j)] * scale;
+              mx = std::max(mx, p[z(j)]);
+            }
+            float sum = 0.0f;
+            for (int64_t j = 0; j < n; ++j) {
+              p[z(j)] = std::exp(p[z(j)] - mx);
+              sum += p[z(j)];
+            }
+            float* o = ao + t * nh * hd + hh * hd;
+            std::fill(o, o + hd, 0.0f);
+            for (int64_t j = 0; j < n; ++j) p[z(j)] = p[z(j)] / sum;
+            // o += p_j v_j over the cached rows, then this segment's (each in key order).
+            if (past > 0) k_.axpy_rows(o, p.data(), in.v.data() + g * hd, kv_w, past, hd);
+            k_.axpy_rows(o, p.data() + past, vb + s.offset * kv_w + g * hd, kv_w, i + 1, hd);
+            const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
+            for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
+          }
+        },
+        threads_);
+    if (st) {
+      const Segment& s = segs[0];
+      const LayerState& in = layer_in(s, layer);
+      st->k = in.k;
+      st->v = in.v;
+      st->k.insert(st->k.end(), kb + s.offset * kv_w, kb + (s.offset + s.len) * kv_w);
+      st->v.insert(st->v.end(), vb + s.offset * kv_w, vb + (s.offset + s.len) * kv_w);
+    }
+    gemm(ao, nh * hd, a.o, ws_.mix.data());
+  }
+
+  // ---- Gated DeltaNet ----
+  void gdn(const GdnWeights& gw, int64_t layer, const std::vector<Segment>& segs, LayerState* st) {
+    const int64_t cd = c_.conv_dim(), kk = c_.conv_kernel, lk = c_.lin_k_heads, lv = c_.lin_v_heads,
+                  dk = c_.lin_k_dim, dv = c_.lin_v_dim, vt = c_.lin_v_total();
+    float* raw = ws_.qkv.data();    // [T, cd] pre-conv
+    float* conv = ws_.aux1.data();  // [T, cd] post-conv, SiLU, q/k normalised
+    float* zb = ws_.big1.data();    // [T, vt]
+    float* ob = ws_.big2.data();    // [T, vt]
+    float* ab = ws_.aux2.data();    // [T, lv] -> g
+    float* bb = ws_.mix.data();     // [T, lv] -> beta (mix is free until out_proj)
+    gemm(ws_.xn.data(), c_.hidden, gw.qkv, raw);
+    gemm(ws_.xn.data(), c_.hidden, gw.z, zb);
+    gemm_fp32(ws_.xn.data(), c_.hidden, gw.a, ab);
+    gemm_fp32(ws_.xn.data(), c_.hidden, gw.b, bb);
+    const int64_t hist = kk - 1;
+    // Causal depthwise conv over (history, segment) then SiLU; rows independent per segment.
+    constexpr int64_t cblock = 256, kMaxConvTaps = 8;
+    const int64_t nblocks = (cd + cblock - 1) / cblock;
+    parallel_for(
+        segs.size() * z(nblocks),
+        [&](size_t task) {
+          const Segment& s = segs[task / z(nblocks)];
+          const LayerState& in = layer_in(s, layer);
+          const bool has_hist = !in.conv.empty();
+          const int64_t c0 = static_cast<int64_t>(task % z(nblocks)) * cblock;
+          const int64_t c1 = std::min(cd, c0 + cblock);
+          if (kk <= kMaxConvTaps) {
+            // Channel-vectorisable form: per token, out = 0, then out += w_j * x_j for taps
+            // j = 0..K-1 in order (one rounding per multiply and per add, as below), then SiLU.
+            const int64_t n = c1 - c0;
+            float wt[kMaxConvTaps][cblock];
+            float zero[cblock] = {};
+            for (int64_t j = 0; j < kk; ++j)
+              for (int64_t ch = 0; ch < n; ++ch) wt[j][ch] = gw.conv[z((c0 + ch) * kk + j)];
+            for (int64_t i = 0; i < s.len; ++i) {
+              float* out = conv + (s.offset + i) * cd + c0;
+              for (int64_t ch = 0; ch < n; ++ch) out[ch] = 0.0f;
+              for (int64_t j = 0; j < kk; ++j) {
+                const int64_t src = i - hist + j;  // index into the segment; < 0 means history
+                const float* xr = src >= 0   ? raw + (s.offset + src) * cd + c0
+                                  : has_hist ? in.conv.data() + (hist + src) * cd + c0
+                                             : zero;
+                const float* wj = wt[j];
+                for (int64_t ch = 0; ch < n; ++ch) out[ch] += wj[ch] * xr[ch];
+              }
+              for (int64_t ch = 0; ch < n; ++ch) out[ch] = silu(out[ch]);
+            }
+            return;
+          }
+          for (int64_t i = 0; i < s.len; ++i) {
+            const int64_t t = s.offset + i;
+            for (int64_t ch = c0; ch < c1; ++ch) {
+              float acc = 0.0f;
+              for (int64_t j = 0; j < kk; ++j) {
+                int64_t src = i - hist + j;  // index into the segment; < 0 means history
+                float xv;
+                if (src >= 0)
+                  xv = raw[(s.offset + src) * cd + ch];
+                else
+                  xv = has_hist ? in.conv[z((hist + src) * cd + ch)] : 0.0f;
+                acc += gw.conv[z(ch * kk + j)] * xv;
+              }
+              conv[t * cd + ch] = silu(acc);
+            }
+          }
+        },
+        threads_);
+    const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+    parallel_for(
+        z(total_),
+        [&](size_t r) {
+          const int64_t t = static_cast<int64_t>(r);
+          for (int64_t hh = 0; hh < 2 * lk; ++hh) {
+            float* x = conv + t * cd + hh * dk;
+            float inv = 1.0f / std::sqrt(k_.sum_sq(x, dk) + kL2Eps);
+            k_.scale(x, inv, dk);
+            if (hh < lk) k_.scale(x, qscale, dk);
+          }
+          for (int64_t hh = 0; hh < lv; ++hh) {
+            float& a = ab[t * lv + hh];
+            a = -std::exp(gw.a_log[z(hh)]) * softplus(a + gw.dt_bias[z(hh)]);
+            float& b = bb[t * lv + hh];
+            b = sigmoid(b);
+          }
+        },
+        threads_);
+    if (st) {
+      const Segment& s = segs[0];
+      const LayerState& in = layer_in(s, layer);
+      const bool has_hist = !in.conv.empty();
+      st->conv.assign(z(hist * cd), 0.0f);
+      for (int64_t r = 0; r < hist; ++r) {
+        int64_t src = s.len - hist + r;  // index into the segment
+        const float* p = nullptr;
+        if (src >= 0)
+          p = raw + (s.offset + src) * cd;
+        else if (has_hist)
+          p = in.conv.data() + (hist + src) * cd;
+        if (p) std::memcpy(st->conv.data() + r * cd, p, z(cd) * 4);
+      }
+      st->s.assign(z(lv * dk * dv), 0.0f);
+    }
+    const int64_t group = lv / lk;
+    parallel_for(
+        segs.size() * z(lv),
+        [&](size_t task) {
+          const Segment& s = segs[task / z(lv)];
+          const LayerState& in = layer_in(s, layer);
+          const int64_t hh = static_cast<int64_t>(task % z(lv));
+          const int64_t kh = hh / group;
+          std::vector<float> state(z(dk * dv), 0.0f);
+          if (!in.s.empty())
+            std::memcpy(state.data(), in.s.data() + hh * dk * dv, state.size() * 4);
+          HeadView v{conv + s.offset * cd + kh * dk,
+                     conv + s.offset * cd + lk * dk + kh * dk,
+                     conv + s.offset * cd + 2 * lk * dk + hh * dv,
+                     cd,
+                     ab + s.offset * lv + hh,
+                     bb + s.offset * lv + hh,
+                     lv,
+                     ob + s.offset * vt + hh * dv,
+                     vt};
+          if (mode_ == GdnMode::kChunked)
+            gdn_chunked(state.data(), v, s.len, dk, dv);
+          else
+            gdn_recurrent(state.data(), v, s.len, dk, dv);
+          if (st) std::memcpy(st->s.data() + hh * dk * dv, state.data(), state.size() * 4);
+        },
+        threads_);
+    // Gated RMSNorm per value head: rmsnorm(o) * w * silu(z).
+    parallel_for(
+        z(total_),
+        [&](size_t r) {
+          const int64_t t = static_cast<int64_t>(r);
+          for (int64_t hh = 0; hh < lv; ++hh) {
+            float* o = ob + t * vt + hh * dv;
+            const float* zz = zb + t * vt + hh * dv;
+            float inv = 1.0f / std::sqrt(k_.sum_sq(o, dv) / static_cast<float>(dv) + eps());
+            for (int64_t d = 0; d < dv; ++d) o[d] = o[d] * inv * gw.norm[z(d)] * silu(zz[d]);
+          }
+        },
+        threads_);
+    gemm(ob, vt, gw.out, ws_.mix.data());
+  }
+
+  struct HeadView {
+    const float *q, *k, *v;
+    int64_t qkv_stride;
+    const float *g, *beta;
+    int64_t gb_stride;
+    float* o;
+    int64_t o_stride;
+  };
+
+  static void gdn_recurrent(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) {
+    const ModelKernels& k_ = model_kernels();
+    std::vector<float> eg(z2(len)), beta(z2(len));
+    for (int64_t t = 0; t < len; ++t) {
+      eg[z2(t)] = std::exp(h.g[t * h.gb_stride]);
+      beta[z2(t)] = h.beta[t * h.gb_stride];
+    }
+    k_.gdn_steps(s, dk, dv, len,
+                 {h.q, h.k, h.v, h.qkv_stride, eg.data(), beta.data(), h.o, h.o_stride});
+  }
+
+  // Chunked form (chunk 64): within a chunk with cumulative log-decay c_i,
+  //   A[i][j] = beta_i (k_i . k_j) exp(c_i - c_j) for j < i; (I + A) vnew = r with
+  //   r_i = beta_i (v_i - exp(c_i) S^T k_i), solved by forward substitution;
+  //   o_i = exp(c_i) S^T q_i + sum_{j<=i} (q_i . k_j) exp(c_i - c_j) vnew_j,
+  //   S <- exp(c_last) S + sum_j exp(c_last - c_j) k_j vnew_j^T.
+  // (The same UT-transform algebra as upstream's torch chunked reference.)
+  static void gdn_chunked(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) {
+    const ModelKernels& k_ = model_kernels();
+    std::vector<float> cum(kGdnChunk), u(z2(kGdnChunk * dv)), kd(z2(dk));
+    for (int64_t c0 = 0; c0 < len; c0 += kGdnChunk) {
+      const int64_t n = std::min(kGdnChunk, len - c0);
+      auto q = [&](int64_t i) { return h.q + (c0 + i) * h.qkv_stride; };
+      auto k = [&](int64_t i) { return h.k + (c0 + i) * h.qkv_stride; };
+      auto v = [&](int64_t i) { return h.v + (c0 + i) * h.qkv_stride; };
+      auto beta = [&](int64_t i) { return h.beta[(c0 + i) * h.gb_stride]; };
+      float acc = 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        acc += h.g[(c0 + i) * h.gb_stride];
+        cum[z2(i)] = acc;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        float* ui = u.data() + i * dv;  // becomes vnew_i
+        const float bi = beta(i), ei = std::exp(cum[z2(i)]);
+        std::fill(ui, ui + dv, 0.0f);
+        for (int64_t d = 0; d < dk; ++d) k_.axpy(ui, k(i)[d], s + d * dv, dv);  // S^T k_i
+        for (int64_t d = 0; d < dv; ++d) ui[d] = bi * (v(i)[d] - ei * ui[d]);
+        for (int64_t j = 0; j < i; ++j) {
+          float aij = bi * k_.dot(k(i), k(j), dk) * std::exp(cum[z2(i)] - cum[z2(j)]);
+          k_.axpy(ui, -aij, u.data() + j * dv, dv);
+        }
+      }
+      // Outputs: inter-chunk read of the old state plus intra-chunk attention.
+      for (int64_t i = 0; i < n; ++i) {
+        float* o = h.o + (c0 + i) * h.o_stride;
+        std::fill(o, o + dv, 0.0f);
+        const float ei = std::exp(cum[z2(i)]);
+        for (int64_t d = 0; d < dk; ++d) k_.axpy(o, ei * q(i)[d], s + d * dv, dv);
+        for (int64_t j = 0; j <= i; ++j) {
+          float qk = k_.dot(q(i), k(j), dk) * std::exp(cum[z2(i)] - cum[z2(j)]);
+          k_.axpy(o, qk, u.data() + j * dv, dv);
+        }
+      }
+      const float last = cum[z2(n - 1)];
+      k_.scale(s, std::exp(last), dk * dv);
+      for (int64_t j = 0; j < n; ++j) {
+        const float ej = std::exp(last - cum[z2(j)]);
+        for (int64_t d = 0; d < dk; ++d) kd[z2(d)] = ej * k(j)[d];
+        for (int64_t d = 0; d < dk; ++d) k_.axpy(s + d * dv, kd[z2(d)], u.data() + j * dv, dv);
+      }
+    }
+  }
+  static size_t z2(int64_t n) { return static_cast<size_t>(n); }
+
+  const ModelWeights& w_;
+  const ModelConfig& c_;
+  size_t threads_;
+  GdnMode mode_;
+  Precision precision_;
+  const Int8Weights* int8_;
+  const Bf16DotWeights* bf16_;
+  const ModelKernels& k_;
+  Workspace ws_;
+  int64_t total_ = 0;
+};
+
+}  // namespace
+
+void run_layers(const ModelWeights& w, const ForwardOptions& options, const Int8Weights* int8,
+                const Bf16DotWeights* bf16, std::vector<Segment>& segs, std::vector<float>& out,
+                PrefixState* state_out) {
+  Runner(w, options, int8, bf16).run(segs, out, state_out);
+}
+
+}  // namespace kev

@@ -1,0 +1,31 @@
+// The layer math of the Qwen3.5 text forward (private to the model layer): embedding, the
+// per-layer norms, full attention, the gated-delta-net (GDN) mixer and the MLP over a batch of
+// segments, each continuing its own prefix state. Every kernel goes through the model's kernel
+// table (kernels.h) and every big projection through project() (projections.h); nothing here
+// names an instruction set. Model (model.cpp) cuts the work into batches and prefill steps.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kev/model/model.h"
+#include "model/projections.h"
+
+namespace kev {
+
+inline constexpr int64_t kGdnChunk = 64;  // tokens per chunk of the chunked GDN form
+
+struct Segment {
+  const PrefixState* from;  // the state this segment continues
+  const int32_t* ids;
+  std::vector<int64_t> positions;
+  int64_t len = 0, offset = 0;  // rows [offset, offset + len) of the batch
+};
+
+// Runs the segments (each continuing its own `from`, which may differ between segments) and
+// writes final-normed hidden states [T, H] into out. With state_out (only for one segment) the
+// extended state is returned there.
+void run_layers(const ModelWeights& w, const ForwardOptions& options, const Int8Weights* int8,
+                const Bf16DotWeights* bf16, std::vector<Segment>& segs, std::vector<float>& out,
+                PrefixState* state_out);
+
+}  // namespace kev

@@ -1,0 +1,161 @@
+// The Model API (model.h): state and id checks, prefill in bounded steps, rows in bounded
+// batches, precision switching. The layer math is layers.cpp, the projections projections.cpp.
+#include <algorithm>
+#include <string>
+
+#include "kev/core/error.h"
+#include "kev/model/model.h"
+#include "model/layers.h"
+#include "model/projections.h"
+
+namespace kev {
+namespace {
+
+constexpr int64_t kRowBatchTokens = 4096;     // tokens per run_rows batch (bounds the workspace)
+constexpr size_t kPrefillChunkTokens = 2048;  // tokens per extend step (a multiple of kGdnChunk)
+static_assert(kPrefillChunkTokens % kGdnChunk == 0);
+
+void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
+               const std::vector<int64_t>& positions, const std::string& what) {
+  if (ids.empty()) fail(ErrorKind::kBadInput, "{} has no tokens", what);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab)
+      fail(ErrorKind::kBadInput, "{}: token id {} at index {} is outside the vocabulary [0, {})",
+           what, ids[i], i, c.vocab);
+  if (!positions.empty() && positions.size() != ids.size())
+    fail(ErrorKind::kBadInput, "{}: {} positions for {} tokens", what, positions.size(),
+         ids.size());
+  for (size_t i = 0; i < positions.size(); ++i)
+    if (positions[i] < 0 || positions[i] > (int64_t{1} << 40))
+      fail(ErrorKind::kBadInput, "{}: position {} at index {} is out of range", what, positions[i],
+           i);
+}
+
+Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,
+                     const std::vector<int64_t>& positions) {
+  Segment s;
+  s.from = &from;
+  s.ids = ids.data();
+  s.len = static_cast<int64_t>(ids.size());
+  if (positions.empty())
+    for (int64_t i = 0; i < s.len; ++i) s.positions.push_back(from.length + i);
+  else
+    s.positions = positions;
+  return s;
+}
+
+// Copies a row's requested hidden states (all, or the readout positions) out of a batch.
+void collect_row(const RowRequest& row, const Segment& s, const std::vector<float>& h, int64_t hd,
+                 RowResult& res) {
+  if (row.readout.empty()) {
+    res.rows = s.len;
+    res.hidden.assign(h.begin() + s.offset * hd, h.begin() + (s.offset + s.len) * hd);
+    return;
+  }
+  res.rows = static_cast<int64_t>(row.readout.size());
+  for (int64_t i : row.readout)
+    res.hidden.insert(res.hidden.end(), h.begin() + (s.offset + i) * hd,
+                      h.begin() + (s.offset + i + 1) * hd);
+}
+
+void check_state(const ModelConfig& c, const PrefixState& s) {
+  if (static_cast<int64_t>(s.layers.size()) != c.layers)
+    fail(ErrorKind::kInternal, "prefix state has {} layers, model has {}", s.layers.size(),
+         c.layers);
+}
+
+}  // namespace
+
+Model::Model(std::unique_ptr<ModelWeights> weights, ForwardOptions options)
+    : weights_(std::move(weights)) {
+  set_options(options);
+}
+Model::~Model() = default;
+
+void Model::set_options(const ForwardOptions& o) {
+  options_ = o;
+  if (o.precision == Precision::kBf16 && !bf16_) bf16_ = prepare_bf16(*weights_, o.threads);
+  if (o.precision == Precision::kInt8 && !int8_) int8_ = prepare_int8(*weights_, o.threads);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options) {
+  return std::make_unique<Model>(ModelWeights::load(model_dir), options);
+}
+
+PrefixState Model::empty_state() const {
+  PrefixState s;
+  s.layers.resize(static_cast<size_t>(config().layers));
+  return s;
+}
+
+PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& ids,
+                          const std::vector<int64_t>& positions, std::vector<float>* hidden) const {
+  check_state(config(), from);
+  check_ids(config(), ids, positions, "prefix");
+  // A long prefix runs in chunks of kPrefillChunkTokens (a multiple of the GDN chunk), each
+  // continuing the state of the one before: the workspace stays bounded, and by the prefix
+  // contract (prefix + row == one pass) the result is the same as one pass.
+  if (hidden) hidden->clear();
+  const PrefixState* current = &from;
+  PrefixState next;
+  for (size_t begin = 0; begin < ids.size(); begin += kPrefillChunkTokens) {
+    const size_t end = std::min(ids.size(), begin + kPrefillChunkTokens);
+    const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
+    std::vector<int32_t> part(ids.begin() + b, ids.begin() + e);
+    std::vector<int64_t> part_positions;
+    if (!positions.empty()) part_positions.assign(positions.begin() + b, positions.begin() + e);
+    std::vector<Segment> segs{make_segment(*current, part, part_positions)};
+    PrefixState out;
+    std::vector<float> h;
+    run_layers(*weights_, options_, int8_.get(), bf16_.get(), segs, h, &out);
+    if (hidden) hidden->insert(hidden->end(), h.begin(), h.end());
+    next = std::move(out);
+    current = &next;
+  }
+  return next;
+}
+
+std::vector<RowResult> Model::run_rows(const PrefixState& prefix,
+                                       const std::vector<RowRequest>& rows) const {
+  return run_rows(std::vector<const PrefixState*>(rows.size(), &prefix), rows);
+}
+
+std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& prefixes,
+                                       const std::vector<RowRequest>& rows) const {
+  if (prefixes.size() != rows.size())
+    fail(ErrorKind::kInternal, "run_rows: {} prefixes for {} rows", prefixes.size(), rows.size());
+  std::vector<Segment> segs;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (!prefixes[r]) fail(ErrorKind::kInternal, "run_rows: row {} has no prefix", r);
+    // Rows mostly share a few prefixes: check each distinct one once.
+    if (r == 0 || prefixes[r] != prefixes[r - 1]) check_state(config(), *prefixes[r]);
+    std::string what = "row " + std::to_string(r);
+    check_ids(config(), rows[r].ids, rows[r].positions, what);
+    for (int64_t i : rows[r].readout)
+      if (i < 0 || i >= static_cast<int64_t>(rows[r].ids.size()))
+        fail(ErrorKind::kBadInput, "{}: readout index {} is outside the row of {} tokens", what, i,
+             rows[r].ids.size());
+    segs.push_back(make_segment(*prefixes[r], rows[r].ids, rows[r].positions));
+  }
+  std::vector<RowResult> results(rows.size());
+  // Rows run in batches of at most kRowBatchTokens tokens (a longer row runs alone): the
+  // workspace grows with the tokens of a batch, and rows are independent (each reads only its
+  // own prefix's cache), so batching only bounds memory and never changes a result.
+  const int64_t hd = config().hidden;
+  for (size_t first = 0; first < rows.size();) {
+    size_t last = first + 1;
+    int64_t tokens = static_cast<int64_t>(rows[first].ids.size());
+    while (last < rows.size() &&
+           tokens + static_cast<int64_t>(rows[last].ids.size()) <= kRowBatchTokens)
+      tokens += static_cast<int64_t>(rows[last++].ids.size());
+    std::vector<Segment> batch(segs.begin() + static_cast<std::ptrdiff_t>(first),
+                               segs.begin() + static_cast<std::ptrdiff_t>(last));
+    std::vector<float> h;
+    run_layers(*weights_, options_, int8_.get(), bf16_.get(), batch, h, nullptr);
+    for (size_t r = first; r < last; ++r) collect_row(rows[r], batch[r - first], h, hd, results[r]);
+    first = last;
+  }
+  return results;
+}
+
+}  // namespace kev

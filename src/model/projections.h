@@ -1,0 +1,69 @@
+// The big projections in the model's precision (private to the model layer; model.h, Precision):
+// which projections each fast mode reduces (the int8 class selection and its KEV_INT8_CLASSES
+// parser), their preparation at load time (quantization, packing, releasing the mapped BF16
+// pages of what was copied) and the one call the layer math makes per projection, which runs
+// through the model's kernel table (kernels.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kev/model/gemm_avx512.h"
+#include "kev/model/gemm_int8.h"
+#include "kev/model/model.h"
+#include "kev/model/weights.h"
+
+namespace kev {
+
+// The projections kInt8 runs quantized, keyed by their BF16 data (model.h lists which): each
+// entry quantizes a range of the matrix's output rows; the other rows (and any projection not
+// listed) run in exact FP32.
+struct Int8Part {
+  int64_t row0 = 0;  // first output row of `q` in the whole matrix
+  Int8Matrix q;
+};
+struct Int8Weights {
+  std::unordered_map<const uint16_t*, Int8Part> by_data;
+  const Int8Part* find(const Bf16Matrix& m) const {
+    auto it = by_data.find(m.data);
+    return it == by_data.end() ? nullptr : &it->second;
+  }
+};
+
+// The projections kBf16 runs with BF16 activations, keyed like Int8Weights: the same selection
+// as int8's default (model.h), each entry a range of the matrix's output rows; the other rows
+// (and any projection not listed) run in exact FP32. Where the kernel table has a bf16 dot
+// kernel (the vdpbf16ps one, gemm_avx512.h) the range is also packed into its pair layout;
+// otherwise it takes the rounding path of project().
+struct Bf16Part {
+  int64_t row0 = 0, row1 = 0;
+  Bf16PairMatrix pairs;  // empty without a bf16 dot kernel
+};
+struct Bf16DotWeights {
+  bool packed = false;  // the parts hold pair-layout copies for the kernel table's bf16 dot
+  std::unordered_map<const uint16_t*, Bf16Part> by_data;
+  const Bf16Part* find(const Bf16Matrix& m) const {
+    auto it = by_data.find(m.data);
+    return it == by_data.end() ? nullptr : &it->second;
+  }
+};
+
+// Output rows [r0, r1) of m.
+inline Bf16Matrix rows_of(const Bf16Matrix& m, int64_t r0, int64_t r1) {
+  return Bf16Matrix{m.data + r0 * m.cols, r1 - r0, m.cols};
+}
+
+// kBf16's projections (int8's default selection) and kInt8's (the default selection, or
+// KEV_INT8_CLASSES), built once; the copied rows' mapped pages are released.
+std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, size_t threads);
+std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads);
+
+// y[rows, m.rows] (row stride m.rows) = x * m^T in `precision`: the selected rows of a reduced
+// projection through its int8 / bf16 kernel, every other row in exact FP32. int8 (bf16) must be
+// the prepared weights when precision is kInt8 (kBf16). `rounded` is scratch.
+void project(Precision precision, const Int8Weights* int8, const Bf16DotWeights* bf16,
+             const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& m, float* y,
+             size_t threads, std::vector<float>& rounded);
+
+}  // namespace kev
