@@ -15,7 +15,18 @@ PACKAGES=(
   libmicrohttpd-dev libcpp-httplib-dev  # only for bench/http_layers (the HTTP-layer comparison)
   python3 python3-torch python3-numpy python3-pytest python3-prometheus-client nodejs npm haproxy
   python3-tqdm time  # only for bench/llama_peer.py (llama.cpp's GGUF converter; peak RSS)
+  # ARM64 under emulation (scripts/test_aarch64.sh): the cross compiler, qemu-user and the arm64
+  # builds of the libraries kev links (multiarch; header-only ones are shared with the host)
+  g++-aarch64-linux-gnu qemu-user-static file
+  libssl-dev:arm64 libzip-dev:arm64 libfmt-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64
+  libboost-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
 )
+
+# The arm64 packages need the architecture enabled (once) before apt can see them.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO dpkg --add-architecture arm64
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The full test suite, from a fresh Debian 12 machine: installs dependencies, builds with
 # warnings as errors, runs unit + integration + oracle tests (ctest), checks formatting,
-# and runs every fuzz target briefly under ASan/UBSan.
+# cross-builds for aarch64 and runs its tests under qemu (scripts/test_aarch64.sh), and runs
+# every fuzz target briefly under ASan/UBSan.
 #   KEV_FUZZ_SECONDS (default 20) sets the per-target fuzz smoke time; 0 skips fuzzing.
+#   KEV_AARCH64=0 skips the aarch64 cross-build and its emulated tests (scripts/test_aarch64.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -37,6 +39,13 @@ for isa in avx2 portable; do
   echo "== tests with KEV_ISA=$isa (this CPU's best: $best)" >&2
   KEV_ISA=$isa run_ctest -L 'unit|cpu-kernels'
 done
+
+# ARM64 under qemu (scripts/test_aarch64.sh): cross-build, the kernel layers' unit tests at
+# neon and portable, and the end-to-end pipeline byte for byte against this machine's build.
+if [ "${KEV_AARCH64:-1}" != 0 ]; then
+  echo "== aarch64 (cross-built, run under qemu-aarch64-static)" >&2
+  scripts/test_aarch64.sh
+fi
 
 fuzz_seconds=${KEV_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ] && ls tests/fuzz/fuzz_*.cpp >/dev/null 2>&1; then

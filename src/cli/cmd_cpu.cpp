@@ -1,5 +1,6 @@
 // kev cpu: what this CPU supports and which kernel variant each family runs (after KEV_ISA and the
 // per-family variables), as JSON. For bug reports, benchmarks and tests that force a path.
+// "vec" is the forward's vector kernels (dot rows, GDN steps: model/kernels.h).
 // gemm_int8_kernel / gemm_bf16_dot name the precision-mode kernels (gemm_avx512.h); asking for
 // them runs the AVX-512 start-up probes on a CPU that has those kernels.
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "kev/model/gemm.h"
 #include "kev/model/gemm_avx512.h"
 #include "kev/model/gemm_int8.h"
+#include "model/kernels.h"
 
 namespace {
 
@@ -36,6 +38,7 @@ const bool registered = kev::cli::register_command(
                             {"supported", supported},
                             {"kernels",
                              {{"gemm", kev::isa_name(kev::best_gemm_isa())},
+                              {"vec", kev::isa_name(kev::model_kernels().vec_isa())},
                               {"gemm_int8", kev::isa_name(kev::best_int8_isa())},
                               {"gemm_int8_kernel", kev::int8_kernel_name(kev::best_int8_kernel())},
                               {"gemm_bf16_dot", kev::bf16_kernel_name(kev::best_bf16_kernel())},

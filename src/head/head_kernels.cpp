@@ -1,6 +1,7 @@
-// The three kernel variants: each defines a 16-lane vector type V and its operations, then
-// includes the shared bodies. The 16-lane reduction tree is the same everywhere:
-// s8[i] = a[i] + a[i+8], s4[i] = s8[i] + s8[i+4], s2[i] = s4[i] + s4[i+2], s = s2[0] + s2[1].
+// The kernel variants (portable; x86-64: AVX2, AVX-512; aarch64: NEON): each defines a 16-lane
+// vector type V and its operations, then includes the shared bodies. The 16-lane reduction tree is
+// the same everywhere: s8[i] = a[i] + a[i+8], s4[i] = s8[i] + s8[i+4], s2[i] = s4[i] + s4[i+2], s =
+// s2[0] + s2[1].
 #include "head/head_kernels.h"
 
 #include <cmath>
@@ -23,6 +24,9 @@
 #pragma GCC diagnostic pop
 #endif
 #define KEV_HEAD_X86 1
+#endif
+#if KEV_ARM64
+#include <arm_neon.h>
 #endif
 
 namespace kev::head_kernels {
@@ -182,6 +186,65 @@ constexpr int tiles_for(int nq) {
 }  // namespace avx512
 #endif
 
+#if KEV_ARM64
+namespace neon {
+#define KEV_HEAD_TARGET
+
+// 16 lanes as four quarters: q[i] = lanes 4i .. 4i+3.
+struct V {
+  float32x4_t q[4];
+};
+inline V zero() {
+  const float32x4_t z = vdupq_n_f32(0.0f);
+  return {{z, z, z, z}};
+}
+inline V load(const float* p) {
+  return {{vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}};
+}
+inline V load_part(const float* p, size_t n) {
+  float t[16] = {};
+  std::memcpy(t, p, n * sizeof(float));
+  return load(t);
+}
+inline V bcast(float f) {
+  const float32x4_t b = vdupq_n_f32(f);
+  return {{b, b, b, b}};
+}
+inline V fma(const V& a, const V& b, const V& c) {  // c + a * b, one rounding (FMLA)
+  V r;
+  for (int i = 0; i < 4; ++i) r.q[i] = vfmaq_f32(c.q[i], a.q[i], b.q[i]);
+  return r;
+}
+inline void store(float* p, const V& v) {
+  for (int i = 0; i < 4; ++i) vst1q_f32(p + 4 * i, v.q[i]);
+}
+inline void store_part(float* p, const V& v, size_t n) {
+  float t[16];
+  store(t, v);
+  std::memcpy(p, t, n * sizeof(float));
+}
+// tree16: s8 = lanes (i, i+8) are quarters (0, 2) and (1, 3); s4 = (i, i+4) the two halves of
+// s8; s2 = (i, i+2) the halves of s4; then (0, 1).
+inline float reduce(const V& a) {
+  const float32x4_t s8lo = vaddq_f32(a.q[0], a.q[2]), s8hi = vaddq_f32(a.q[1], a.q[3]);
+  const float32x4_t s4 = vaddq_f32(s8lo, s8hi);
+  const float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
+  return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+}
+// 32 quad registers: four per 16-lane vector.
+constexpr size_t kMaxNq = 4;
+constexpr int rows_for(int nq) {
+  return nq <= 2 ? 2 : 1;
+}
+constexpr int tiles_for(int nq) {
+  return nq <= 2 ? 2 : 1;
+}
+
+#include "head/head_kernels_body.inc"
+#undef KEV_HEAD_TARGET
+}  // namespace neon
+#endif
+
 }  // namespace kev::head_kernels
 
 namespace kev {
@@ -202,6 +265,10 @@ const KernelSet& kernels(Isa isa) {
       return avx512::kSet;
     case Isa::kAvx2:
       return avx2::kSet;
+#endif
+#if KEV_ARM64
+    case Isa::kNeon:
+      return neon::kSet;
 #endif
     default:
       return portable::kSet;

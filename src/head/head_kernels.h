@@ -1,4 +1,5 @@
-// Pointer-head kernels, one set per instruction set (portable, AVX2+FMA, AVX-512F), all with
+// Pointer-head kernels, one set per instruction set (portable; x86-64: AVX2+FMA, AVX-512F;
+// aarch64: NEON), all with
 // the same per-element order of operations (see include/kev/head/pointer_head.h), so every
 // variant, block size and thread split gives bit-identical results.
 #pragma once

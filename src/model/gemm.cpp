@@ -15,6 +15,9 @@
 #if KEV_X86
 #include <immintrin.h>
 #endif
+#if KEV_ARM64
+#include <arm_neon.h>
+#endif
 
 namespace kev {
 namespace {
@@ -42,6 +45,65 @@ void kernel_scalar(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, 
     }
   }
 }
+
+#if KEV_ARM64
+// ---- NEON: a 16-lane accumulator is four quad registers (lanes 4q .. 4q+3) ----
+inline float32x4_t widen4(const uint16_t* p) {
+  return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+
+// One 16-wide k step of an MR x NR tile: lane l of output (i, j) takes x[i][k+l] * w[j][k+l]
+// with one fused multiply-add (FMLA), as kernel_scalar does.
+template <int MR, int NR>
+inline void neon_step(float32x4_t (&acc)[MR][NR][4], const float* const* xp,
+                      const uint16_t* const* wp) {
+  float32x4_t wv[NR][4];
+  for (int j = 0; j < NR; ++j)
+    for (int q = 0; q < 4; ++q) wv[j][q] = widen4(wp[j] + 4 * q);
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < 4; ++q) {
+      const float32x4_t xv = vld1q_f32(xp[i] + 4 * q);
+      for (int j = 0; j < NR; ++j) acc[i][j][q] = vfmaq_f32(acc[i][j][q], xv, wv[j][q]);
+    }
+}
+
+template <int MR, int NR>
+void kernel_neon(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t k_total,
+                 float* y, int64_t ldy) {
+  float32x4_t acc[MR][NR][4];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j)
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = vdupq_n_f32(0.0f);
+  const float* xp[MR];
+  const uint16_t* wp[NR];
+  int64_t k = 0;
+  for (; k + kLanes <= k_total; k += kLanes) {
+    for (int i = 0; i < MR; ++i) xp[i] = x + i * ldx + k;
+    for (int j = 0; j < NR; ++j) wp[j] = w + j * ldw + k;
+    neon_step<MR, NR>(acc, xp, wp);
+  }
+  if (k < k_total) {  // zero-padded tail: 0 * 0 leaves the lane sums unchanged
+    float xt[MR][kLanes] = {};
+    uint16_t wt[NR][kLanes] = {};
+    const size_t n = static_cast<size_t>(k_total - k);
+    for (int i = 0; i < MR; ++i) {
+      std::memcpy(xt[i], x + i * ldx + k, n * 4);
+      xp[i] = xt[i];
+    }
+    for (int j = 0; j < NR; ++j) {
+      std::memcpy(wt[j], w + j * ldw + k, n * 2);
+      wp[j] = wt[j];
+    }
+    neon_step<MR, NR>(acc, xp, wp);
+  }
+  float lanes[kLanes];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      for (int q = 0; q < 4; ++q) vst1q_f32(lanes + 4 * q, acc[i][j][q]);
+      y[i * ldy + j] = tree16(lanes);
+    }
+}
+#endif  // KEV_ARM64
 
 #if KEV_X86
 // ---- AVX2: a 16-lane accumulator is two ymm registers (lanes 0-7, 8-15) ----
@@ -383,6 +445,13 @@ struct Avx512K {
 };
 #endif
 
+#if KEV_ARM64
+template <int MR, int NR>
+struct NeonK {
+  static constexpr Kernel fn = &kernel_neon<MR, NR>;
+};
+#endif
+
 template <template <int, int> class K, int MR, int NR>
 struct TileSet {
   static Kernel get(int mr, int nr) {
@@ -409,6 +478,10 @@ IsaPlan plan_for(Isa isa) {
       return {&TileSet<Avx512K, 4, 4>::get, 4, 4};
     case Isa::kAvx2:  // 2x2 tiles: 8 accumulator pairs plus operands fit 16 ymm registers
       return {&TileSet<Avx2K, 2, 2>::get, 2, 2};
+#endif
+#if KEV_ARM64
+    case Isa::kNeon:  // 2x2 tiles: 16 accumulator quads plus operands fit 32 registers
+      return {&TileSet<NeonK, 2, 2>::get, 2, 2};
 #endif
     default:
       return {&TileSet<ScalarK, 1, 1>::get, 4, 4};

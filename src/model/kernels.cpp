@@ -7,8 +7,9 @@
 namespace kev {
 
 namespace {
-// The levels the vector kernels have besides portable: one AVX2 form, which AVX-512 CPUs run too.
-constexpr std::array kVecLevels = {Isa::kAvx2};
+// The levels the vector kernels have besides portable: an AVX2 form, which AVX-512 CPUs run too,
+// and a NEON dot_rows (its gdn_steps is the portable loop).
+constexpr std::array kVecLevels = {Isa::kAvx2, Isa::kNeon};
 }  // namespace
 
 const ModelKernels& model_kernels() {

@@ -2,7 +2,7 @@
 // Every function has a fixed order of operations independent of the instruction set: dot and
 // sum_sq keep 16 lane sums (lane l takes i = l, l+16, ...) with separate multiply and add, then
 // the fixed tree (l, l+8), (l, l+4), (l, l+2), (0, 1); elementwise ones have one rounding per
-// operation. They are compiled for AVX-512, AVX2 and baseline (target_clones) and give
+// operation. On x86-64 they are compiled for AVX-512, AVX2 and baseline (target_clones) and give
 // bitwise-identical results on each.
 #pragma once
 #include <cstdint>
@@ -13,9 +13,9 @@ namespace kev::vec {
 
 float dot(const float* a, const float* b, int64_t n);
 float sum_sq(const float* a, int64_t n);
-// out[r] = dot(a, x + r * ld, n) for r < rows, bit for bit; dot_rows runs the level
-// dispatch_isa("KEV_GEMM_ISA") picks (AVX2 four rows at a time when n % 16 == 0), dot_rows_isa a
-// given one (the CPU must support it).
+// out[r] = dot(a, x + r * ld, n) for r < rows, bit for bit; dot_rows runs the level the model
+// kernel table picks (kernels.h; AVX2 four rows at a time, NEON two, when n % 16 == 0),
+// dot_rows_isa a given one (the CPU must support it).
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out);
 void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
                   float* out);
@@ -35,7 +35,7 @@ void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float* k, const 
 // its own (step by step its m, delta and o involve only that column), so the AVX2 form runs the
 // sequence 32 columns at a time; per element the operations and their order are gdn_step's, so
 // the result is bit-identical to len calls of gdn_step. gdn_steps runs the level
-// dispatch_isa("KEV_GEMM_ISA") picks; gdn_steps_isa a given one (kPortable: the gdn_step loop;
+// model kernel table picks; gdn_steps_isa a given one (kPortable and kNeon: the gdn_step loop;
 // kAvx2 or kAvx512: the AVX2 form, which the CPU must support).
 struct GdnTokens {
   const float *q, *k, *v;

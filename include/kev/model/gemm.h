@@ -5,7 +5,7 @@
 // lane l accumulating k = l, l+16, l+32, ... with a fused multiply-add per step; the 16 lanes
 // are then added in the fixed tree (l, l+8), (l, l+4), (l, l+2), (0, 1). This depends on K
 // only, so an output never depends on how many rows are in the batch, how work is split
-// across threads, or which instruction set ran: the AVX-512, AVX2 and scalar paths are
+// across threads, or which instruction set ran: the AVX-512, AVX2, NEON and scalar paths are
 // bitwise identical (tests check it). Activations stay FP32 (no BF16 rounding of x).
 #pragma once
 #include <cstddef>
