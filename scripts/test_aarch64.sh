@@ -3,10 +3,11 @@
 # file cmake/aarch64-linux-gnu.cmake) and runs it under qemu-aarch64-static:
 #   1. the unit tests of every kernel family's layer (core, model, head, export), at the best
 #      level (neon) and again with KEV_ISA=portable;
-#   2. one end-to-end pipeline on both architectures from the same inputs, compared byte for byte
-#      (scripts/cross_arch.sh): export bundle bytes (the merge), `kev forward` hidden states (the
-#      model GEMMs, int8 GEMM and vector kernels, both GDN forms) and `kev score` answers (the
-#      pointer head), at each level of each architecture.
+#   2. one end-to-end pipeline on both architectures from the same inputs (scripts/cross_arch.sh):
+#      export bundle bytes (the merge), `kev forward` hidden states (the model GEMMs, int8 GEMM
+#      and vector kernels, both GDN forms) and `kev score` answers (the pointer head), at each
+#      level of each architecture: byte for byte within an architecture and for the bundle across
+#      them; hidden states and probabilities across them within bounds (libm differs).
 # Needs build/ci/kev (the x86-64 build of scripts/test.sh) and what scripts/setup.sh installs.
 #   KEV_AARCH64_JOBS (default nproc) sets the build's parallelism.
 set -euo pipefail

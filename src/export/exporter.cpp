@@ -42,7 +42,9 @@ constexpr int kBuffers = 3;
 // Writes spans to one SafetensorsWriter on its own thread, in submission order, so hashing and
 // write() overlap with merging. Spans either borrow a chunk buffer (returned when written) or
 // point into an input mapping (whose pages are released once written). The owner must outlive
-// this object; the destructor stops and joins the thread.
+// this object; the destructor stops and joins the thread. With one worker (KEV_THREADS=1) no
+// thread starts and submit() writes in place (the same bytes in the same order; this is also
+// what runs under qemu-user, whose 7.2 release cannot start threads: scripts/test_aarch64.sh).
 class AsyncWriter {
  public:
   struct Span {
@@ -52,14 +54,15 @@ class AsyncWriter {
     const MappedFile* release_from = nullptr;
   };
 
-  explicit AsyncWriter(SafetensorsWriter& out) : out_(out) {
+  explicit AsyncWriter(SafetensorsWriter& out) : out_(out), inline_(default_workers() == 1) {
     for (int i = 0; i < kBuffers; ++i) {
       buffers_.emplace_back(kChunkBytes);
       free_.push_back(i);
     }
-    thread_ = std::thread([this] { loop(); });
+    if (!inline_) thread_ = std::thread([this] { loop(); });
   }
   ~AsyncWriter() {
+    if (inline_) return;
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
@@ -80,6 +83,11 @@ class AsyncWriter {
   }
 
   void submit(Span s) {
+    if (inline_) {
+      write(s);
+      if (s.buffer >= 0) free_.push_back(s.buffer);
+      return;
+    }
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [&] { return queue_.size() < 4 || error_; });
     rethrow_locked();
@@ -98,6 +106,12 @@ class AsyncWriter {
     if (error_) std::rethrow_exception(error_);
   }
 
+  void write(const Span& s) {
+    out_.write(s.data, s.size);
+    if (s.release_from)
+      s.release_from->release_pages(static_cast<size_t>(s.data - s.release_from->data()), s.size);
+  }
+
   void loop() {
     for (;;) {
       Span s;
@@ -110,10 +124,7 @@ class AsyncWriter {
         busy_ = true;
       }
       try {
-        out_.write(s.data, s.size);
-        if (s.release_from)
-          s.release_from->release_pages(static_cast<size_t>(s.data - s.release_from->data()),
-                                        s.size);
+        write(s);
       } catch (...) {
         std::lock_guard lock(mutex_);
         error_ = std::current_exception();
@@ -135,6 +146,7 @@ class AsyncWriter {
   std::condition_variable cv_;
   std::exception_ptr error_;
   bool stop_ = false, busy_ = false;
+  const bool inline_;
   std::thread thread_;
 };
 
