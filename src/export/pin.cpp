@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <exception>
 #include <filesystem>
 #include <regex>
 
@@ -175,13 +176,21 @@ PinSummary run_pin(const PinOptions& o) {
   const FamilyMember& member = *find_member(r.model);
   // head.pt's inference fields before anything else, so that a checkpoint kev cannot run is
   // refused by the field that says so (a fully fine-tuned one has no adapter files to hash).
-  // Where head.pt is missing, hashing below says so.
+  // Where head.pt is missing, hashing below says so; where it does not even parse, that is
+  // reported after hashing, whose cache cross-check may explain it (a corrupt download).
   std::string head_bytes;
   CheckpointFields fields;
+  std::exception_ptr malformed_head;
   const std::string head_path = o.checkpoint_dir + "/head.pt";
   if (struct stat st{}; ::stat(head_path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     head_bytes = read_file(head_path);
-    fields = read_checkpoint_fields(read_torch_checkpoint_bytes(head_bytes, head_path), head_path);
+    try {
+      fields =
+          read_checkpoint_fields(read_torch_checkpoint_bytes(head_bytes, head_path), head_path);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kBadInput) throw;
+      malformed_head = std::current_exception();
+    }
   }
   std::string index_bytes = read_file(o.base_dir + "/model.safetensors.index.json");
   BaseIndex index = parse_base_index(index_bytes, o.base_dir + "/model.safetensors.index.json");
@@ -243,6 +252,7 @@ PinSummary run_pin(const PinOptions& o) {
   if (sha256_hex(config_bytes) != *r.base.files["config.json"] ||
       sha256_hex(adapter_bytes) != *r.checkpoint.files["adapter_config.json"])
     fail(ErrorKind::kIntegrity, "config.json or adapter_config.json changed while pinning");
+  if (malformed_head) std::rethrow_exception(malformed_head);
   if (sha256_hex(head_bytes) != *r.checkpoint.files["head.pt"])
     fail(ErrorKind::kIntegrity, "{} changed while pinning", head_path);
   BaseTextConfig config = parse_base_text_config(config_bytes, o.base_dir + "/config.json");

@@ -86,7 +86,7 @@ def test_cache_snapshot_cross_checked(synth, tmp_path):
         assert digest == sha256(synth / "checkpoint" / name)
 
 
-@pytest.mark.parametrize("victim", ["adapter_model.safetensors", "adapter_config.json"])
+@pytest.mark.parametrize("victim", ["adapter_model.safetensors", "adapter_config.json", "head.pt"])
 def test_corrupt_cache_blob_refused(synth, tmp_path, victim):
     base = make_cache(synth / "base", tmp_path / "hub", "Qwen/Qwen3.5-4B-Base", REV_BASE)
     ckpt = make_cache(synth / "checkpoint", tmp_path / "hub", "jaredpalmer/kev-4b", REV_CKPT)
@@ -100,6 +100,22 @@ def test_corrupt_cache_blob_refused(synth, tmp_path, victim):
     assert proc.returncode == 3 and victim in proc.stderr and os.path.basename(blob) in proc.stderr
     assert not out.exists()
     assert not [p for p in os.listdir(tmp_path) if "kev-pin" in p]
+
+
+def test_corrupt_head_pt_blob_is_reported_as_corrupt_download(synth, tmp_path):
+    """head.pt is read before hashing (for its fields); one whose zip structure is damaged is
+    still reported by the cache cross-check (exit 3), not as a parse error."""
+    base = make_cache(synth / "base", tmp_path / "hub", "Qwen/Qwen3.5-4B-Base", REV_BASE)
+    ckpt = make_cache(synth / "checkpoint", tmp_path / "hub", "jaredpalmer/kev-4b", REV_CKPT)
+    blob = os.path.realpath(ckpt / "head.pt")
+    data = bytearray(open(blob, "rb").read())
+    data[0:4] = b"JUNK"
+    with open(blob, "wb") as f:
+        f.write(data)
+    out = tmp_path / "r.json"
+    proc = kevtest.run_kev("pin", "--base", base, "--checkpoint", ckpt, "--out", out, check=False)
+    assert proc.returncode == 3 and "head.pt" in proc.stderr and "corrupt" in proc.stderr, proc.stderr
+    assert not out.exists()
 
 
 def test_write_failure_leaves_no_file(synth, tmp_path):
