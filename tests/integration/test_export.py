@@ -688,6 +688,13 @@ def test_special_embeddings_checkpoint_refused_by_its_field(synth, tmp_path):
     assert "token_adapter" not in err
 
 
+@pytest.mark.parametrize("value,needle", [(16, "head_dim is 16"), ("32", "head_dim is a str")])
+def test_head_dim_other_than_pointer_refused(synth, tmp_path, value, needle):
+    def mod(b, c):
+        rewrite_head(c, lambda d: d.__setitem__("head_dim", value))
+    refuse(synth, tmp_path, mod, "head.pt", needle, code=2)
+
+
 def test_lora_field_other_than_adapter_rank_refused(synth, tmp_path):
     def mod(b, c):
         rewrite_head(c, lambda d: d.__setitem__("lora", 8))
