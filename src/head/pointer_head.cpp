@@ -11,6 +11,7 @@
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
 #include "kev/core/threads.h"
+#include "kev/formats/checkpoint_fields.h"
 #include "kev/formats/safetensors.h"
 
 namespace kev {
@@ -122,6 +123,8 @@ PointerHead PointerHead::load_bundle(const std::string& dir) {
   }
   if (!manifest.is_object())
     fail(ErrorKind::kBadInput, "{} must hold a JSON object", manifest_path);
+  // A bundle that says something this kev does not implement is refused, not run.
+  check_bundle_supported(manifest, manifest_path);
   auto t = manifest.find("temperature");
   if (t == manifest.end() || !t->is_number())
     fail(ErrorKind::kBadInput, "{}: \"temperature\" is missing or not a number", manifest_path);

@@ -81,7 +81,10 @@ class PointerHead {
   // head.safetensors (exactly q.weight, q.bias, k.weight, k.bias, F32) + temperature.
   static PointerHead from_safetensors(const std::string& path, double temperature);
   // An export bundle: <dir>/head.safetensors and "temperature" from <dir>/kev_export.json
-  // (its "dimensions" and "outputs"["head.safetensors"] hash are checked when present).
+  // (its "dimensions" and "outputs"["head.safetensors"] hash are checked when present). A
+  // manifest that says anything this kev does not implement is refused first (Error
+  // kUnsupported, check_bundle_supported in formats/checkpoint_fields.h): kev score, kev serve
+  // and kev head never run a bundle from a newer kev.
   static PointerHead load_bundle(const std::string& dir);
 
   size_t hidden() const { return w_.hidden; }
