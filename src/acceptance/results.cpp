@@ -132,6 +132,12 @@ ResultFile parse_result_file(std::string_view text, const std::string& name) {
     } catch (const Error& e) {
       bad(w, e.what());
     }
+    // kev bench results: its metadata and summary lines, and the measured passes' repeats (the
+    // feasibility pass holds each request's answer once).
+    if (o.is_object()) {
+      if (o.contains("kev_bench") || o.contains("kev_bench_summary")) continue;
+      if (auto ph = o.find("phase"); ph != o.end() && *ph != "feasibility") continue;
+    }
     f.records.push_back(parse_record(w, o));
   }
   return f;

@@ -6,6 +6,9 @@
 //     or a body saved from any System One server), optionally with "id" / "request_id";
 //   - a wrapped response {"id" | "request_id", "status"?, "response": <response or error>};
 //   - an error {"detail": ..., "status"?} (what `kev score --jsonl` writes for a refused line).
+// A `kev bench` results file is read the same way: its {"kev_bench": ...} metadata and
+// {"kev_bench_summary": ...} lines and every record with a "phase" other than "feasibility"
+// (the measured passes' repeats) are skipped.
 // "id" / "request_id" may be a string or an integer (read as its decimal text). An answer is
 // {"type": "choice"|"score", "probabilities": {key: p}} (plus "confidence", and "score" for a
 // score answer) or {"type": "noul", "noul": p} (read as keys "no", "yes" with 1-p, p). Every
