@@ -406,7 +406,6 @@ int run_bench(const BenchOptions& o) {
     const char* key = std::getenv("KEV_API_KEY");
     auto h = std::make_unique<HttpTarget>(u, key ? key : "", o.timeout_s);
     // What the server says about itself (a System One server may not answer these).
-    std::string base = o.url.substr(0, o.url.find('/', 7));
     meta["target"] = {{"url", o.url},
                       {"endpoint", u.path},
                       {"bearer_key", key && *key ? "KEV_API_KEY (set)" : "none"},
