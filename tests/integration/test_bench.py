@@ -148,3 +148,34 @@ def test_refusals(bundle, tmp_path):
     proc = run_kev("bench", EXAMPLE, "--url", "http://127.0.0.1:9", "--concurrency", "1", "--warmup", "0",
                    "--rounds", "1", check=False, timeout=120)
     assert proc.returncode == 1 and "no-answer:12" in proc.stdout, proc.stdout
+
+
+def stderr_on_a_terminal(args):
+    """(exit status, bytes written to stderr) of a run whose stderr is a pseudo-terminal."""
+    import pty
+    import subprocess
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=slave, timeout=300)
+    finally:
+        os.close(slave)
+    err = b""
+    try:
+        while chunk := os.read(master, 65536):
+            err += chunk
+    except OSError:  # EIO once the terminal's other side is closed and drained
+        pass
+    finally:
+        os.close(master)
+    return p.returncode, err
+
+
+def test_progress_line_only_on_a_terminal(bundle):
+    from kevtest import KEV_BIN
+    args = [KEV_BIN, "bench", EXAMPLE, "--bundle", bundle, "--concurrency", "2", "--warmup", "0", "--rounds", "1",
+            "--threads", "1"]
+    assert run_kev(*args[1:]).stderr == ""  # a pipe: no progress line
+    rc, err = stderr_on_a_terminal(args)
+    assert rc == 0 and b"\rfeasibility: 12/12 requests" in err and b"concurrency 2: 12/12 requests" in err, err
+    rc, err = stderr_on_a_terminal(args + ["--quiet"])
+    assert rc == 0 and b"requests" not in err, err
