@@ -60,7 +60,7 @@ std::string latency_svg(const std::vector<LevelSummary>& levels, const std::stri
       "font-family=\"sans-serif\" font-size=\"12\">\n<title>{2}</title>\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{3}\" y=\"24\" font-size=\"14\">{2}</text>\n",
-      kLeft + kWidth + 200, kTop + kHeight + 60, title, kLeft);
+      kLeft + kWidth + 280, kTop + kHeight + 60, title, kLeft);
   for (int i = 0; i <= 10; ++i) {
     const double f = i / 10.0, ms = end * f;
     s += fmt::format(

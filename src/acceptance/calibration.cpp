@@ -154,7 +154,7 @@ std::string reliability_svg(const CalibrationMetrics& before, const CalibrationM
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{2}\" y=\"24\" font-size=\"14\">Reliability: accuracy against confidence (max "
       "probability), {3} questions</text>\n",
-      kLeft + kSize + 180, kTop + kSize + 60, kLeft, before.samples);
+      kLeft + kSize + 220, kTop + kSize + 60, kLeft, before.samples);
   for (int i = 0; i <= 10; ++i) {
     const double v = i / 10.0;
     s += fmt::format(
