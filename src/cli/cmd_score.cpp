@@ -60,7 +60,11 @@ const bool registered = register_command(
       app.add_option("--bundle", o->bundle, "export bundle directory")->required();
       app.add_flag("--jsonl", o->jsonl, "stdin is a JSON Lines stream of requests");
       add_scorer_flags(app, o->scorer);
-      return [o] { return run_score(*o); };
+      CLI::Option* temperature = app.get_option_no_throw("--temperature");
+      return [o, temperature] {
+        apply_temperature_env(temperature, o->scorer.temperature);
+        return run_score(*o);
+      };
     });
 
 }  // namespace

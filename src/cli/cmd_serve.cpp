@@ -225,6 +225,7 @@ const bool registered = register_command(
       CLI::Option* cache_entries = app.get_option_no_throw("--cache-entries");
       CLI::Option* cache_tokens = app.get_option_no_throw("--cache-tokens");
       CLI::Option* cache_min = app.get_option_no_throw("--cache-min-tokens");
+      CLI::Option* temperature = app.get_option_no_throw("--temperature");
       // main() adds --quiet to the command and to `kev` itself; either silences the log.
       CLI::Option* quiet_here = app.get_option_no_throw("--quiet");
       CLI::Option* quiet_top =
@@ -243,6 +244,7 @@ const bool registered = register_command(
           o->scorer.cache_tokens = *v;
         if (auto v = env_count("KEV_PREFIX_MIN_TOKENS"); v && unset(cache_min))
           o->scorer.cache_min_tokens = *v;
+        apply_temperature_env(temperature, o->scorer.temperature);
         return run_serve(*o);
       };
     });

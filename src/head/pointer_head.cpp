@@ -69,6 +69,11 @@ PointerHead::PointerHead(PointerHeadWeights weights, double temperature)
   scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p)));
 }
 
+void PointerHead::set_temperature(double temperature) {
+  check_temperature(temperature, "the temperature override");
+  temperature_ = temperature;
+}
+
 PointerHead PointerHead::from_safetensors(const std::string& path, double temperature) {
   check_temperature(temperature, path);
   SafetensorsFile file(path);

@@ -700,6 +700,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
                        {"model", s ? OrderedJson(model) : OrderedJson()},
                        {"inflight", inflight},
                        {"queued", queued}};
+    out["temperature"] = s ? OrderedJson(s->head().temperature()) : OrderedJson();
     if (s) {
       const auto& cache = s->cache();
       out["cache"] = {{"entries", cache.entries()},
@@ -777,7 +778,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     (void)inflight;
     OrderedJson card = {
         {"description", fmt::format("Kev pointer head on {}, serving {} at temperature {:.2f}",
-                                    bundle.base, bundle.run, bundle.temperature)},
+                                    bundle.base, bundle.run, s.head().temperature())},
         {"release_date", bundle.release_date},
         {"run", bundle.run},
         {"base", bundle.base},
@@ -785,7 +786,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         {"device", "cpu"},
         {"backend", "kev-native"},
         {"dtype", "bfloat16"},
-        {"temperature", bundle.temperature},
+        {"temperature", s.head().temperature()},
+        {"bundle_temperature", bundle.temperature},
         {"max_state_tokens", o.limits.max_state},
         {"truncate_states", o.limits.truncate},
         {"cuda_graphs", nullptr},

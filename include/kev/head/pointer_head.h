@@ -90,6 +90,9 @@ class PointerHead {
   size_t hidden() const { return w_.hidden; }
   size_t pointer_dim() const { return w_.pointer_dim; }
   double temperature() const { return temperature_; }
+  // Replaces the calibration temperature (KEV_TEMPERATURE / --temperature); refused unless
+  // finite and > 0. Projections are unaffected.
+  void set_temperature(double temperature);
 
   // Raw logits of one question, on the calling thread; logits.size() must equal q.num_options.
   void project(const HeadQuestion& q, std::span<float> logits, HeadWorkspace& ws,

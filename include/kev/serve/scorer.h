@@ -43,6 +43,7 @@ struct ScorerOptions {
   size_t cache_tokens = 1 << 16;    // total state tokens kept
   size_t cache_min_tokens = 0;  // shorter states are not cached (upstream KEV_PREFIX_MIN_TOKENS)
   int decimals = 4;             // answer rounding (negative: unrounded)
+  double temperature = 0;       // > 0: replaces the bundle's calibration temperature
   ForwardOptions forward;
 };
 
@@ -58,6 +59,7 @@ struct ScoreResult {
   OrderedJson response;  // {"model","answers","usage","latency_ms"}
   ScoreUsage usage;
   std::vector<std::vector<double>> probabilities;  // per question, option order (unrounded)
+  std::vector<std::vector<float>> logits;          // per question: raw pointer logits (before T)
 };
 
 // One request of a score_batch() call; the request must outlive the call.
