@@ -1,6 +1,6 @@
 // The flags `kev score` and `kev serve` share: encoding limits, request size, answer rounding,
-// prefix cache, compute threads, precision and the calibration temperature, bound straight into a
-// kev::ScorerOptions.
+// prefix cache (saved points), compute threads, precision and the calibration temperature, bound
+// straight into a kev::ScorerOptions.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -70,11 +70,22 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
   app.add_option("--decimals", o.decimals, "round answers to N decimals (negative: exact)")
       ->capture_default_str();
   app.add_option("--cache-entries", o.cache_entries,
-                 "state prefixes kept in the LRU cache (0: no cache)")
+                 "saved points of states kept (ends of states and checkpoints; 0: no cache)")
       ->capture_default_str();
   app.add_option("--cache-tokens", o.cache_tokens,
-                 "state tokens the cache holds in all; a longer state is not cached")
+                 "state tokens the saved points cover in all; a longer state is not cached")
       ->capture_default_str();
+  app.add_option("--cache-bytes", o.cache_bytes,
+                 "bytes the saved points hold in all (docs/api.md gives the cost per token and "
+                 "per point)")
+      ->capture_default_str();
+  app.add_option("--cache-checkpoint-tokens", o.checkpoint_tokens,
+                 "a computed state also saves a point at the last multiple of this many tokens "
+                 "inside it, so a rewritten tail reuses what precedes it (0: ends only)")
+      ->capture_default_str();
+  app.add_flag("--cache-exact-only", o.exact_only,
+               "reuse a saved state only for the very same state (no growing-state reuse; for "
+               "comparison)");
   app.add_option("--cache-min-tokens", o.cache_min_tokens,
                  "states shorter than this many tokens are not cached")
       ->capture_default_str();

@@ -70,7 +70,7 @@ struct Bf16DotWeights {
 
 namespace {
 
-constexpr int64_t kChunk = 64;
+constexpr int64_t kChunk = kGdnChunkTokens;
 constexpr int64_t kRowBatchTokens = 4096;     // tokens per run_rows batch (bounds the workspace)
 constexpr size_t kPrefillChunkTokens = 2048;  // tokens per extend step (a multiple of kChunk)
 constexpr float kL2Eps = 1e-6f;
@@ -338,7 +338,8 @@ class Runner {
         [&](size_t task) {
           const Segment& s = segs[task / z(nh)];
           const LayerState& in = layer_in(s, layer);
-          const int64_t past = static_cast<int64_t>(in.k.size()) / kv_w;
+          int64_t past = 0;
+          for (const auto& b : in.kv) past += static_cast<int64_t>(b->k.size()) / kv_w;
           const int64_t hh = static_cast<int64_t>(task % z(nh));
           const int64_t g = hh / (nh / nkv);
           std::vector<float> p(z(past + s.len));
@@ -346,8 +347,14 @@ class Runner {
             const int64_t t = s.offset + i;
             const float* q = qb + t * nh * hd + hh * hd;
             const int64_t n = past + i + 1;
-            // Scores against the cached keys, then this segment's (each key in order).
-            if (past > 0) vec::dot_rows(q, in.k.data() + g * hd, kv_w, past, hd, p.data());
+            // Scores against the cached keys block by block, then this segment's (each key
+            // alone: where the blocks split the keys does not change a score).
+            int64_t at = 0;
+            for (const auto& b : in.kv) {
+              const int64_t rows = static_cast<int64_t>(b->k.size()) / kv_w;
+              vec::dot_rows(q, b->k.data() + g * hd, kv_w, rows, hd, p.data() + at);
+              at += rows;
+            }
             vec::dot_rows(q, kb + s.offset * kv_w + g * hd, kv_w, i + 1, hd, p.data() + past);
             float mx = -INFINITY;
             for (int64_t j = 0; j < n; ++j) {
@@ -362,8 +369,14 @@ class Runner {
             float* o = ao + t * nh * hd + hh * hd;
             std::fill(o, o + hd, 0.0f);
             for (int64_t j = 0; j < n; ++j) p[z(j)] = p[z(j)] / sum;
-            // o += p_j v_j over the cached rows, then this segment's (each in key order).
-            if (past > 0) vec::axpy_rows(o, p.data(), in.v.data() + g * hd, kv_w, past, hd);
+            // o += p_j v_j over the cached rows, then this segment's (each in key order, one
+            // row at a time: the same sums however the rows are split into blocks).
+            at = 0;
+            for (const auto& b : in.kv) {
+              const int64_t rows = static_cast<int64_t>(b->v.size()) / kv_w;
+              vec::axpy_rows(o, p.data() + at, b->v.data() + g * hd, kv_w, rows, hd);
+              at += rows;
+            }
             vec::axpy_rows(o, p.data() + past, vb + s.offset * kv_w + g * hd, kv_w, i + 1, hd);
             const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
             for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
@@ -373,10 +386,12 @@ class Runner {
     if (st) {
       const Segment& s = segs[0];
       const LayerState& in = layer_in(s, layer);
-      st->k = in.k;
-      st->v = in.v;
-      st->k.insert(st->k.end(), kb + s.offset * kv_w, kb + (s.offset + s.len) * kv_w);
-      st->v.insert(st->v.end(), vb + s.offset * kv_w, vb + (s.offset + s.len) * kv_w);
+      // The blocks of the state continued (shared), then this segment's own.
+      auto block = std::make_shared<KvBlock>();
+      block->k.assign(kb + s.offset * kv_w, kb + (s.offset + s.len) * kv_w);
+      block->v.assign(vb + s.offset * kv_w, vb + (s.offset + s.len) * kv_w);
+      st->kv = in.kv;
+      st->kv.push_back(std::move(block));
     }
     gemm(ao, nh * hd, a.o, ws_.mix.data());
   }
@@ -852,6 +867,25 @@ void Model::set_options(const ForwardOptions& o) {
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options) {
   return std::make_unique<Model>(ModelWeights::load(model_dir), options);
+}
+
+std::vector<StateBuffer> state_buffers(const PrefixState& s) {
+  std::vector<StateBuffer> out;
+  for (const LayerState& l : s.layers) {
+    for (const auto& b : l.kv)
+      out.push_back({b.get(), sizeof(KvBlock) + 2 * sizeof(void*) +
+                                  (b->k.capacity() + b->v.capacity()) * sizeof(float)});
+    if (!l.conv.empty()) out.push_back({l.conv.data(), l.conv.capacity() * sizeof(float)});
+    if (!l.s.empty()) out.push_back({l.s.data(), l.s.capacity() * sizeof(float)});
+  }
+  return out;
+}
+
+size_t bytes_held(const PrefixState& s) {
+  size_t bytes = sizeof(PrefixState) + s.layers.capacity() * sizeof(LayerState);
+  for (const LayerState& l : s.layers) bytes += l.kv.capacity() * sizeof(l.kv[0]);
+  for (const StateBuffer& b : state_buffers(s)) bytes += b.bytes;
+  return bytes;
 }
 
 PrefixState Model::empty_state() const {

@@ -682,8 +682,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       }
       const ScoreUsage& u = outcomes[k].result.usage;
       const size_t questions = jobs[k].request->questions.size();
-      metrics.scored(u.state_tokens, u.input_tokens - u.state_tokens, questions,
-                     u.cached_tokens > 0);
+      metrics.scored(u.state_tokens, u.input_tokens - u.state_tokens, questions, u.cached_tokens);
       Reply& r = replies[of[k]] = json_reply(200, outcomes[k].result.response);
       r.scored = Scored{u, questions, answered};
     }
@@ -706,7 +705,11 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       out["cache"] = {{"entries", cache.entries()},
                       {"tokens", cache.tokens()},
                       {"hits", cache.hits()},
-                      {"misses", cache.misses()}};
+                      {"misses", cache.misses()},
+                      {"bytes", cache.bytes()},
+                      {"max_bytes", cache.limits().max_bytes},
+                      {"reused_tokens", s->reused_tokens()},
+                      {"computed_tokens", s->computed_tokens()}};
     } else {
       out["cache"] = nullptr;
     }
@@ -737,8 +740,15 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     now.lifecycle = lifecycle_name(lifecycle.load());
     if (const Scorer* s = scorer.load()) {
       const auto& c = s->cache();
-      now.cache =
-          MetricsSnapshot::Cache{c.entries(), c.tokens(), c.hits(), c.misses(), c.evictions()};
+      now.cache = MetricsSnapshot::Cache{.entries = c.entries(),
+                                         .tokens = c.tokens(),
+                                         .bytes = c.bytes(),
+                                         .max_bytes = c.limits().max_bytes,
+                                         .hits = c.hits(),
+                                         .misses = c.misses(),
+                                         .evictions = c.evictions(),
+                                         .reused_tokens = s->reused_tokens(),
+                                         .computed_tokens = s->computed_tokens()};
     }
     Reply r;
     r.body = metrics.render(now);
