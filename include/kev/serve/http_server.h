@@ -124,9 +124,10 @@ class HttpServer {
   // caller, even when nobody reads stderr (the request log uses the same queue).
   void log_line(std::string line);
 
- private:
-  friend class Connection;
+  // The state the server's parts share (src/serve/server_state.h); not for callers.
   struct Impl;
+
+ private:
   std::shared_ptr<Impl> impl_;
 };
 
