@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "kev/core/error.h"
-#include "kev/text/date_facts.h"
+#include "kev/text/request_decoder.h"
 
 namespace kev {
 namespace {
@@ -20,46 +20,6 @@ bool peer_reset(int fd) {
   pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
   return (p.revents & (POLLERR | POLLHUP)) != 0;
-}
-
-// Why a body that nlohmann::json::accept refused is not JSON, for its 400: where and what ("not
-// valid JSON" alone is false for 1e400, which is valid JSON whose value no double holds). Only
-// called on the refusal path; the library's message is cut to its reason and kept to printable
-// ASCII, since its "last read" part echoes client bytes.
-std::string json_syntax_error(const std::string& body) {
-  struct Handler : nlohmann::json_sax<nlohmann::json> {
-    std::size_t at = 0;
-    std::string reason;
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool string(string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool start_object(std::size_t) override { return true; }
-    bool key(string_t&) override { return true; }
-    bool end_object() override { return true; }
-    bool start_array(std::size_t) override { return true; }
-    bool end_array() override { return true; }
-    bool parse_error(std::size_t position, const std::string&,
-                     const nlohmann::detail::exception& e) override {
-      at = position;
-      std::string_view what = e.what();
-      if (auto colon = what.find(": ");
-          what.find("parse error at") != std::string_view::npos && colon != std::string_view::npos)
-        what.remove_prefix(colon + 2);  // "[json.exception...] parse error at line 1, column 5: "
-      else if (auto bracket = what.find("] "); bracket != std::string_view::npos)
-        what.remove_prefix(bracket + 2);
-      what = what.substr(0, what.find("; last read"));
-      for (char c : what.substr(0, 160)) reason += c >= 0x20 && c < 0x7f ? c : '?';
-      return false;
-    }
-  } handler;
-  nlohmann::json::sax_parse(body, &handler);
-  if (handler.reason.empty()) return "the request body is not valid JSON";
-  return fmt::format("the request body is not valid JSON (byte {}: {})", handler.at,
-                     handler.reason);
 }
 
 }  // namespace
@@ -91,13 +51,12 @@ void ScoringService::count_pass(size_t requests) const {
 // the reply refusing it. Any "model" string is accepted and echoed (upstream: both names and
 // any other serve the one checkpoint).
 std::variant<ApiRequest, Reply> ScoringService::parse(const std::string& body) const {
-  // Syntax first (linear, builds nothing), so that every later refusal is a 422.
-  if (!nlohmann::json::accept(body)) return detail(400, json_syntax_error(body));
   try {
-    OrderedJson json = parse_json_strict(body, "the request body", options.json);
-    if (options.date_facts) add_date_facts(json);
-    return request_from_json(json);
-  } catch (...) {
+    auto decoded = decode_request(body, decode_options());
+    if (auto* refused = std::get_if<Refusal>(&decoded))
+      return detail(refused->status, refused->detail);
+    return std::move(std::get<ApiRequest>(decoded));
+  } catch (...) {  // out of memory
     return error_reply(std::current_exception(), {});
   }
 }
@@ -106,20 +65,21 @@ std::variant<ApiRequest, Reply> ScoringService::parse(const std::string& body) c
 // its single-question passes run one after the other, not batched with other requests.
 Reply ScoringService::score_alone(Endpoint endpoint, const std::string& body,
                                   const std::function<bool()>& gone) const {
-  if (!nlohmann::json::accept(body)) return detail(400, json_syntax_error(body));
   try {
     const Scorer& s = *scorer.load();
-    OrderedJson json = parse_json_strict(body, "the request body", options.json);
     if (endpoint == Endpoint::kPermute) {
-      if (options.date_facts && json.is_object())
-        if (auto r = json.find("request"); r != json.end()) add_date_facts(*r);
-      PermuteRequest p = permute_request_from_json(json);
+      auto decoded = decode_permute_request(body, decode_options());
+      if (auto* refused = std::get_if<Refusal>(&decoded))
+        return detail(refused->status, refused->detail);
+      const PermuteRequest& p = std::get<PermuteRequest>(decoded);
       Reply r = json_reply(200, s.permute(p, gone));
       for (int i = 0; i < p.n_perm; ++i) count_pass(1);
       return r;
     }
-    if (options.date_facts) add_date_facts(json);
-    ApiRequest request = request_from_json(json);
+    auto decoded = decode_request(body, decode_options());
+    if (auto* refused = std::get_if<Refusal>(&decoded))
+      return detail(refused->status, refused->detail);
+    const ApiRequest& request = std::get<ApiRequest>(decoded);
     Reply r = json_reply(200, s.separate(request, gone));
     for (size_t i = 0; i < request.questions.size(); ++i) count_pass(1);
     return r;
@@ -217,13 +177,6 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
     Reply& r = replies[of[k]] = json_reply(200, outcomes[k].result.response);
     r.scored = Scored{u, questions, answered};
   }
-}
-
-// KEV_DATE_FACTS: the request's state with upstream's date facts (a body that is no object
-// or has no state is left for request_from_json to refuse).
-void ScoringService::add_date_facts(OrderedJson& request) {
-  if (!request.is_object()) return;
-  if (auto st = request.find("state"); st != request.end()) *st = with_date_facts(*st);
 }
 
 }  // namespace kev

@@ -1,6 +1,6 @@
 // ScoringService: request bodies to replies, on the admission workers. One batch taken from
 // the queue (Admission) becomes one Reply per task: each body is checked for a reset client,
-// decoded (strict JSON under ServeOptions::json, date facts when on, then the API mapping) and
+// decoded (kev/text/request_decoder.h, as `kev score` decodes) and
 // the requests left are scored together in one model pass (Scorer::score_batch); permute and
 // separate run alone, one pass per question or permutation. Every task gets the status and
 // body it would get alone.
@@ -24,6 +24,7 @@
 #include "kev/serve/http_server.h"
 #include "kev/serve/metrics.h"
 #include "kev/serve/scorer.h"
+#include "kev/text/request_decoder.h"
 #include "serve/reply.h"
 
 namespace kev {
@@ -72,7 +73,7 @@ struct ScoringService {
   std::vector<Reply> score_batch(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const;
   void score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& tasks,
                    std::vector<Reply>& replies) const;
-  static void add_date_facts(OrderedJson& request);
+  DecodeOptions decode_options() const { return {options.json, options.date_facts}; }
 };
 
 }  // namespace kev
