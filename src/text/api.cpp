@@ -1,7 +1,7 @@
 // Rules confirmed against the upstream Kev source (kev/api.py) and a published host port of it:
 // render(), option_text(), question_keys(), to_record(), choice_confidence(), round_prob().
 // Unconfirmed or deliberately different (see the header and docs): the score confidence
-// follows REFERENCE.md (1 - E|i-mode|/(L-1)); a later upstream version divides by the mean
+// follows docs/reference.md (1 - E|i-mode|/(L-1)); a later upstream version divides by the mean
 // distance of a uniform distribution instead. Integers beyond 64 bits render as floats
 // (Python keeps them exact). Duplicate JSON keys are refused (Python keeps the last one).
 #include "kev/text/api.h"

@@ -1,5 +1,5 @@
-// HttpServer: the System1-Omni-compatible HTTP API over one Scorer (REFERENCE.md section 8), on
-// Boost.Beast/Asio (HTTP/1.1 parsing by Beast; framing policy, limits and lifecycle here).
+// HttpServer: the System1-Omni-compatible HTTP API over one Scorer (docs/reference.md section 8),
+// on Boost.Beast/Asio (HTTP/1.1 parsing by Beast; framing policy, limits and lifecycle here).
 //
 //   POST /v1/systemone           request JSON -> the Scorer's response JSON (application/json);
 //                                any "model" string is accepted and echoed (upstream)

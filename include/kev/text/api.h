@@ -1,4 +1,4 @@
-// The System1-Omni / Kev request and answer mapping (REFERENCE.md section 8).
+// The System1-Omni / Kev request and answer mapping (docs/reference.md section 8).
 //
 // Contract:
 // - parse_request(json text): Error(kBadInput) for malformed JSON or invalid semantics (the
