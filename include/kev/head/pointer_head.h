@@ -1,4 +1,4 @@
-// The FP32 pointer head and its calibration (REFERENCE.md section 5).
+// The FP32 pointer head and its calibration (docs/reference.md section 5).
 //
 // Contract. For one question with decide state h_d and option states h_1..h_K (K = 1..255,
 // each a d-float vector), the head returns K raw logits in the caller's option order:
