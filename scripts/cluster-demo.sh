@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Scale-out demo on loopback: 3 `kev serve` replicas on the synthetic bundle behind HAProxy
-# (configuration from deploy/haproxy/kev-haproxy-cfg.py), a short load of repeated states with
-# X-Kev-State-Key, then per-replica request counts and each replica's prefix-cache hit rate from
-# its /health. Stops every process it started, by pid, on any exit.
+# (configuration from deploy/haproxy/kev-haproxy-cfg.py), a short load of growing conversations
+# (each turn's state is the turn before plus a line) with X-Kev-State-Key set to the
+# conversation, then per-replica request counts and each replica's reused / computed state tokens
+# from its /health. Stops every process it started, by pid, on any exit.
 #   KEV_BIN (default build/release/kev, built if missing), KEV_DEMO_DIR (default: a new
-#   temporary directory), DEMO_REQUESTS (default 120), DEMO_STATES (default 24),
+#   temporary directory), DEMO_REQUESTS (default 120), DEMO_STATES (conversations, default 24),
 #   DEMO_AFFINITY (header | none; default header).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +58,7 @@ pids+=($!)
 echo "== HAProxy pid ${pids[-1]} on 127.0.0.1:$lb_port (config $work/haproxy.cfg, affinity: $affinity)"
 
 python3 - "$lb_port" "$requests" "$states" "${ports[@]}" <<'PY'
-import hashlib, json, sys, time, urllib.request, urllib.error
+import json, sys, time, urllib.request, urllib.error
 from concurrent.futures import ThreadPoolExecutor
 lb, n, k, ports = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [int(p) for p in sys.argv[4:]]
 
@@ -77,9 +78,13 @@ time.sleep(1.5)  # HAProxy's rise (2 checks of 500 ms)
 before = [get(p, "/health")["cache"] for p in ports]
 
 def one(i):
-    state = {"session": i % k, "history": "the customer asked about the delivery date " * 4}
+    # Conversation i % k at turn i // k: its state grows by one line a turn, so the state's hash
+    # changes every turn; the affinity key is the conversation.
+    conv, turn = i % k, i // k
+    lines = [f"turn {t}: the customer asked about the delivery date of order {conv * 100 + t}" for t in range(turn + 1)]
+    state = {"session": conv, "history": lines}
     body = json.dumps({"state": state, "questions": {"q": {"type": "noul", "instructions": "Escalate?"}}}).encode()
-    key = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()[:32]
+    key = f"conversation-{conv}"
     req = urllib.request.Request(f"http://127.0.0.1:{lb}/v1/systemone", body,
                                  {"Content-Type": "application/json", "X-Kev-State-Key": key})
     for _ in range(20):  # a 503 with Retry-After is retried
@@ -97,15 +102,17 @@ with ThreadPoolExecutor(4) as pool:
     results = list(pool.map(one, range(n)))
 dt = time.monotonic() - t0
 ok = sum(1 for s, _ in results if s == 200)
-print(f"== {n} requests ({k} states, 4 client threads) in {dt:.2f} s: {ok} answered 200, {n - ok} failed")
+print(f"== {n} requests ({k} growing conversations, 4 client threads) in {dt:.2f} s: {ok} answered 200, "
+      f"{n - ok} failed")
+reused = computed = 0
 for i, p in enumerate(ports, 1):
     c, b = get(p, "/health")["cache"], before[i - 1]
-    hits, misses = c["hits"] - b["hits"], c["misses"] - b["misses"]
-    served = sum(1 for _, r in results if r == f"r{i}")
-    rate = hits / (hits + misses) if hits + misses else 0.0
-    print(f"   r{i}: {served:4d} requests, prefix cache {hits} hits / {misses} misses (hit rate {rate:.2f})")
-hits = sum(get(p, "/health")["cache"]["hits"] - b["hits"] for p, b in zip(ports, before))
-print(f"   all: hit rate {hits / n:.2f} (one server on this workload: {(n - k) / n:.2f})")
+    r, m = c["reused_tokens"] - b["reused_tokens"], c["computed_tokens"] - b["computed_tokens"]
+    reused, computed = reused + r, computed + m
+    served = sum(1 for _, x in results if x == f"r{i}")
+    print(f"   r{i}: {served:4d} requests, state tokens reused {r} / computed {m}")
+share = reused / (reused + computed) if reused + computed else 0.0
+print(f"   all: {share:.2f} of the state tokens continued from saved points")
 sys.exit(0 if ok == n else 1)
 PY
 echo "== stopping HAProxy and the replicas (SIGTERM by pid)"

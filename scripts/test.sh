@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The full test suite, from a fresh Debian 12 machine: installs dependencies, builds with
 # warnings as errors, runs unit + integration + oracle tests (ctest), checks formatting,
-# cross-builds for aarch64 and runs its tests under qemu (scripts/test_aarch64.sh), and runs
-# every fuzz target briefly under ASan/UBSan.
+# cross-builds for aarch64 and runs its tests under qemu (scripts/test_aarch64.sh), runs the
+# serving layer's threaded tests under ThreadSanitizer (scripts/tsan.sh), and runs every fuzz
+# target briefly under ASan/UBSan.
 #   KEV_FUZZ_SECONDS (default 20) sets the per-target fuzz smoke time; 0 skips fuzzing.
 #   KEV_AARCH64=0 skips the aarch64 cross-build and its emulated tests (scripts/test_aarch64.sh).
+#   KEV_TSAN=0 skips the ThreadSanitizer run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -41,10 +43,17 @@ for isa in avx2 portable; do
 done
 
 # ARM64 under qemu (scripts/test_aarch64.sh): cross-build, the kernel layers' unit tests at
-# neon and portable, and the end-to-end pipeline byte for byte against this machine's build.
+# neon and portable, and the end-to-end pipeline against this machine's build.
 if [ "${KEV_AARCH64:-1}" != 0 ]; then
   echo "== aarch64 (cross-built, run under qemu-aarch64-static)" >&2
   scripts/test_aarch64.sh
+fi
+
+if [ "${KEV_TSAN:-1}" != 0 ]; then
+  echo "== ThreadSanitizer (serve: batching, cancellation, drain, overload)" >&2
+  cmake --preset tsan >/dev/null
+  cmake --build build/tsan -j "$(nproc)" --target kev test_serve
+  scripts/tsan.sh
 fi
 
 fuzz_seconds=${KEV_FUZZ_SECONDS:-20}

@@ -13,8 +13,9 @@ What the configuration does (docs/deploy.md explains each choice):
     another replica (`option redispatch 1`). Timeouts are NOT retried (a long prefill would run
     twice); 500/422/413 are answers, not retried either;
   * affinity: `balance hdr(X-Kev-State-Key)` + `hash-type consistent`: requests with the same
-    key go to the same replica (its prefix cache holds that state); without the header HAProxy
-    falls back to round robin. `--affinity none` makes it round robin for every request;
+    key go to the same replica (its saved points hold that state); clients key a growing state
+    by its conversation, not its hash (docs/deploy.md), so each turn reaches the replica that
+    computed the turn before; without the header HAProxy falls back to round robin. `--affinity none` makes it round robin for every request;
   * timeouts sized for long prefills (`--timeout-server`), a body limit equal to the replicas'
     --max-body answered as the server would (413 {"detail"}), and per-replica maxconn equal to
     the replica's --max-inflight + --max-queue so excess requests wait in HAProxy's queue

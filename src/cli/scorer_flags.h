@@ -1,8 +1,13 @@
 // The flags `kev score` and `kev serve` share: encoding limits, request size, answer rounding,
-// prefix cache, compute threads and precision, bound straight into a kev::ScorerOptions.
+// prefix cache (saved points), compute threads, precision and the calibration temperature, bound
+// straight into a kev::ScorerOptions.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <string>
+
+#include "kev/core/error.h"
 
 #include "kev/serve/scorer.h"
 
@@ -19,6 +24,38 @@ inline CLI::Option* add_precision_flag(CLI::App& app, Precision& p) {
       ->default_str("fp32");
 }
 
+// `--temperature T` (or KEV_TEMPERATURE, as upstream's server reads it): replaces the bundle's
+// calibration temperature; 1.0 gives raw probabilities. Unset: the bundle's.
+inline CLI::Option* add_temperature_flag(CLI::App& app, double& t) {
+  return app
+      .add_option("--temperature", t,
+                  "calibration temperature instead of the bundle's (1.0: raw probabilities; "
+                  "default: the bundle's; also KEV_TEMPERATURE)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(s.c_str(), &end);
+            if (end == s.c_str() || *end != '\0' || !std::isfinite(x) || !(x > 0))
+              return "must be a finite number > 0, not \"" + s + "\"";
+            return "";
+          },
+          "T > 0"));
+}
+
+// KEV_TEMPERATURE when --temperature (`flag`) was not given (unset or empty: the bundle's). Call
+// from the command's runner; a malformed value is refused (kBadInput) naming the variable.
+inline void apply_temperature_env(const CLI::Option* flag, double& t) {
+  if (flag && flag->count() > 0) return;
+  const char* v = std::getenv("KEV_TEMPERATURE");
+  if (!v || !*v) return;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !std::isfinite(x) || !(x > 0))
+    fail(ErrorKind::kBadInput, "KEV_TEMPERATURE must be a finite number > 0, not \"{}\"",
+         std::string(v).substr(0, 40));
+  t = x;
+}
+
 inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
   app.add_option("--max-state", o.limits.max_state, "max state tokens, <state> included")
       ->check(CLI::PositiveNumber)
@@ -33,17 +70,29 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
   app.add_option("--decimals", o.decimals, "round answers to N decimals (negative: exact)")
       ->capture_default_str();
   app.add_option("--cache-entries", o.cache_entries,
-                 "state prefixes kept in the LRU cache (0: no cache)")
+                 "saved points of states kept (ends of states and checkpoints; 0: no cache)")
       ->capture_default_str();
   app.add_option("--cache-tokens", o.cache_tokens,
-                 "state tokens the cache holds in all; a longer state is not cached")
+                 "state tokens the saved points cover in all; a longer state is not cached")
       ->capture_default_str();
+  app.add_option("--cache-bytes", o.cache_bytes,
+                 "bytes the saved points hold in all (docs/api.md gives the cost per token and "
+                 "per point)")
+      ->capture_default_str();
+  app.add_option("--cache-checkpoint-tokens", o.checkpoint_tokens,
+                 "a computed state also saves a point at the last multiple of this many tokens "
+                 "inside it, so a rewritten tail reuses what precedes it (0: ends only)")
+      ->capture_default_str();
+  app.add_flag("--cache-exact-only", o.exact_only,
+               "reuse a saved state only for the very same state (no growing-state reuse; for "
+               "comparison)");
   app.add_option("--cache-min-tokens", o.cache_min_tokens,
                  "states shorter than this many tokens are not cached")
       ->capture_default_str();
   app.add_option("--threads", o.forward.threads,
                  "compute threads per request (default: all cores)");
   add_precision_flag(app, o.forward.precision);
+  add_temperature_flag(app, o.temperature);
 }
 
 }  // namespace kev::cli

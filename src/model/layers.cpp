@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
@@ -241,7 +242,8 @@ class Runner {
         [&](size_t task) {
           const Segment& s = segs[task / z(nh)];
           const LayerState& in = layer_in(s, layer);
-          const int64_t past = static_cast<int64_t>(in.k.size()) / kv_w;
+          int64_t past = 0;
+          for (const auto& b : in.kv) past += static_cast<int64_t>(b->k.size()) / kv_w;
           const int64_t hh = static_cast<int64_t>(task % z(nh));
           const int64_t g = hh / (nh / nkv);
           std::vector<float> p(z(past + s.len));
@@ -249,8 +251,14 @@ class Runner {
             const int64_t t = s.offset + i;
             const float* q = qb + t * nh * hd + hh * hd;
             const int64_t n = past + i + 1;
-            // Scores against the cached keys, then this segment's (each key in order).
-            if (past > 0) k_.dot_rows(q, in.k.data() + g * hd, kv_w, past, hd, p.data());
+            // Scores against the cached keys block by block, then this segment's (each key
+            // alone: where the blocks split the keys does not change a score).
+            int64_t at = 0;
+            for (const auto& b : in.kv) {
+              const int64_t rows = static_cast<int64_t>(b->k.size()) / kv_w;
+              k_.dot_rows(q, b->k.data() + g * hd, kv_w, rows, hd, p.data() + at);
+              at += rows;
+            }
             k_.dot_rows(q, kb + s.offset * kv_w + g * hd, kv_w, i + 1, hd, p.data() + past);
             float mx = -INFINITY;
             for (int64_t j = 0; j < n; ++j) {
@@ -265,8 +273,14 @@ class Runner {
             float* o = ao + t * nh * hd + hh * hd;
             std::fill(o, o + hd, 0.0f);
             for (int64_t j = 0; j < n; ++j) p[z(j)] = p[z(j)] / sum;
-            // o += p_j v_j over the cached rows, then this segment's (each in key order).
-            if (past > 0) k_.axpy_rows(o, p.data(), in.v.data() + g * hd, kv_w, past, hd);
+            // o += p_j v_j over the cached rows, then this segment's (each in key order, one
+            // row at a time: the same sums however the rows are split into blocks).
+            at = 0;
+            for (const auto& b : in.kv) {
+              const int64_t rows = static_cast<int64_t>(b->v.size()) / kv_w;
+              k_.axpy_rows(o, p.data() + at, b->v.data() + g * hd, kv_w, rows, hd);
+              at += rows;
+            }
             k_.axpy_rows(o, p.data() + past, vb + s.offset * kv_w + g * hd, kv_w, i + 1, hd);
             const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
             for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
@@ -276,10 +290,12 @@ class Runner {
     if (st) {
       const Segment& s = segs[0];
       const LayerState& in = layer_in(s, layer);
-      st->k = in.k;
-      st->v = in.v;
-      st->k.insert(st->k.end(), kb + s.offset * kv_w, kb + (s.offset + s.len) * kv_w);
-      st->v.insert(st->v.end(), vb + s.offset * kv_w, vb + (s.offset + s.len) * kv_w);
+      // The blocks of the state continued (shared), then this segment's own.
+      auto block = std::make_shared<KvBlock>();
+      block->k.assign(kb + s.offset * kv_w, kb + (s.offset + s.len) * kv_w);
+      block->v.assign(vb + s.offset * kv_w, vb + (s.offset + s.len) * kv_w);
+      st->kv = in.kv;
+      st->kv.push_back(std::move(block));
     }
     gemm(ao, nh * hd, a.o, ws_.mix.data());
   }

@@ -12,7 +12,7 @@
 
 namespace kev {
 
-inline constexpr int64_t kGdnChunk = 64;  // tokens per chunk of the chunked GDN form
+inline constexpr int64_t kGdnChunk = kGdnChunkTokens;  // tokens per chunk of the chunked GDN form
 
 struct Segment {
   const PrefixState* from;  // the state this segment continues

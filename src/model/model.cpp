@@ -82,6 +82,25 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions 
   return std::make_unique<Model>(ModelWeights::load(model_dir), options);
 }
 
+std::vector<StateBuffer> state_buffers(const PrefixState& s) {
+  std::vector<StateBuffer> out;
+  for (const LayerState& l : s.layers) {
+    for (const auto& b : l.kv)
+      out.push_back({b.get(), sizeof(KvBlock) + 2 * sizeof(void*) +
+                                  (b->k.capacity() + b->v.capacity()) * sizeof(float)});
+    if (!l.conv.empty()) out.push_back({l.conv.data(), l.conv.capacity() * sizeof(float)});
+    if (!l.s.empty()) out.push_back({l.s.data(), l.s.capacity() * sizeof(float)});
+  }
+  return out;
+}
+
+size_t bytes_held(const PrefixState& s) {
+  size_t bytes = sizeof(PrefixState) + s.layers.capacity() * sizeof(LayerState);
+  for (const LayerState& l : s.layers) bytes += l.kv.capacity() * sizeof(l.kv[0]);
+  for (const StateBuffer& b : state_buffers(s)) bytes += b.bytes;
+  return bytes;
+}
+
 PrefixState Model::empty_state() const {
   PrefixState s;
   s.layers.resize(static_cast<size_t>(config().layers));

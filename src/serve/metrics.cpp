@@ -142,12 +142,13 @@ void ServeMetrics::batch(size_t requests) {
   batch_.observe(static_cast<double>(requests));
 }
 
-void ServeMetrics::scored(size_t state_tokens, size_t row_tokens, size_t questions, bool cached) {
+void ServeMetrics::scored(size_t state_tokens, size_t row_tokens, size_t questions,
+                          size_t cached_tokens) {
   state_tokens_.observe(static_cast<double>(state_tokens));
   row_tokens_.observe(static_cast<double>(row_tokens));
   questions_.fetch_add(questions, std::memory_order_relaxed);
-  if (cached) {
-    cached_state_tokens_.fetch_add(state_tokens, std::memory_order_relaxed);
+  if (cached_tokens > 0) {
+    cached_state_tokens_.fetch_add(cached_tokens, std::memory_order_relaxed);
     scored_cached_.fetch_add(1, std::memory_order_relaxed);
   } else {
     scored_computed_.fetch_add(1, std::memory_order_relaxed);
@@ -218,7 +219,7 @@ std::string ServeMetrics::render(const MetricsSnapshot& now) const {
   batch_.write(out, "kev_batch_size", "");
 
   family(out, "kev_scored_requests_total", "counter",
-         "Requests scored (200), by whether their state prefix came from the prefix cache.");
+         "Requests scored (200), by whether their state prefix continued a saved point.");
   sample(out, "kev_scored_requests_total", "prefix=\"cached\"",
          static_cast<double>(scored_cached_.load(std::memory_order_relaxed)));
   sample(out, "kev_scored_requests_total", "prefix=\"computed\"",
@@ -229,24 +230,37 @@ std::string ServeMetrics::render(const MetricsSnapshot& now) const {
   family(out, "kev_request_row_tokens", "histogram",
          "Question row tokens (every token after the state prefix) of each scored request.");
   row_tokens_.write(out, "kev_request_row_tokens", "");
-  counter("kev_cached_state_tokens_total", "State prefix tokens served from the prefix cache.",
+  counter("kev_cached_state_tokens_total",
+          "State prefix tokens of scored requests (200) taken from saved points.",
           static_cast<double>(cached_state_tokens_.load(std::memory_order_relaxed)));
   counter("kev_questions_total", "Questions (rows) scored.",
           static_cast<double>(questions_.load(std::memory_order_relaxed)));
 
   if (now.cache) {
     const auto& c = *now.cache;
-    counter("kev_prefix_cache_hits_total", "State prefix lookups found in the cache.",
+    counter("kev_prefix_cache_hits_total",
+            "State prefix lookups that found a saved point to continue from.",
             static_cast<double>(c.hits));
-    counter("kev_prefix_cache_misses_total", "State prefix lookups not found in the cache.",
+    counter("kev_prefix_cache_misses_total", "State prefix lookups that found no saved point.",
             static_cast<double>(c.misses));
     counter("kev_prefix_cache_evictions_total",
-            "Cached state prefixes evicted to stay within --cache-entries / --cache-tokens.",
+            "Saved points evicted to stay within --cache-entries / --cache-tokens / "
+            "--cache-bytes.",
             static_cast<double>(c.evictions));
-    gauge("kev_prefix_cache_entries", "State prefixes in the cache now.",
+    counter("kev_prefix_reused_tokens_total",
+            "State tokens continued from saved points (every endpoint).",
+            static_cast<double>(c.reused_tokens));
+    counter("kev_prefix_computed_tokens_total",
+            "State tokens computed through the backbone (every endpoint).",
+            static_cast<double>(c.computed_tokens));
+    gauge("kev_prefix_cache_entries", "Saved points (ends of states and checkpoints) now.",
           static_cast<double>(c.entries));
-    gauge("kev_prefix_cache_tokens", "State tokens in the cache now.",
+    gauge("kev_prefix_cache_tokens", "State tokens covered by the saved points now.",
           static_cast<double>(c.tokens));
+    gauge("kev_prefix_cache_bytes", "Bytes held by the saved points now.",
+          static_cast<double>(c.bytes));
+    gauge("kev_prefix_cache_max_bytes", "The cache's byte bound (--cache-bytes).",
+          static_cast<double>(c.max_bytes));
   }
   return out;
 }

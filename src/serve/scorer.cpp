@@ -9,14 +9,38 @@
 
 namespace kev {
 
+namespace {
+
+constexpr size_t kTailPointTokens = 8;  // scorer.h
+// No point is saved inside a state before this many tokens: a short point (a shared opening
+// such as "<state>customer:") would cost a whole GDN state (~19 MiB at 0.8B) to save a handful
+// of tokens.
+constexpr size_t kMinInnerPointTokens = 64;
+
+// A state's buffers for the cache's byte accounting: its shared and own buffers (model.h), and
+// its bookkeeping as one buffer of its own.
+std::vector<CacheBuffer> cache_buffers(const PrefixState& s) {
+  std::vector<CacheBuffer> out;
+  size_t listed = 0;
+  for (const StateBuffer& b : state_buffers(s)) {
+    out.push_back({b.address, b.bytes});
+    listed += b.bytes;
+  }
+  out.push_back({&s, bytes_held(s) - listed});
+  return out;
+}
+
+}  // namespace
+
 Scorer::Scorer(const std::string& bundle_dir, ScorerOptions options)
     : options_(options),
       tokenizer_(Tokenizer::from_file(bundle_dir + "/tokenizer.json")),
       delimiters_(Delimiters::from(tokenizer_)),
       model_(Model::load(bundle_dir, options.forward)),
       head_(PointerHead::load_bundle(bundle_dir)),
-      cache_(
-          std::make_unique<PrefixCache<PrefixState>>(options.cache_entries, options.cache_tokens)) {
+      cache_(std::make_unique<PrefixCache<PrefixState>>(
+          PrefixCacheLimits{options.cache_entries, options.cache_tokens, options.cache_bytes})) {
+  if (options.temperature != 0) head_.set_temperature(options.temperature);
   const ModelConfig& c = model_->config();
   if (static_cast<int64_t>(head_.hidden()) != c.hidden)
     fail(ErrorKind::kBadInput,
@@ -28,19 +52,62 @@ Scorer::Scorer(const std::string& bundle_dir, ScorerOptions options)
 }
 
 std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_t>& ids,
-                                                        bool* cached) const {
-  if (ids.size() < options_.cache_min_tokens) {  // too short to be worth caching (upstream)
-    *cached = false;
+                                                        size_t* reused) const {
+  const size_t n = ids.size();
+  *reused = 0;
+  if (options_.cache_entries == 0 || n < options_.cache_min_tokens) {  // not cached (upstream)
+    computed_tokens_.fetch_add(n, std::memory_order_relaxed);
     return std::make_shared<const PrefixState>(model_->extend(model_->empty_state(), ids));
   }
-  if (auto hit = cache_->find(ids)) {
-    *cached = true;
-    return hit;
+  // The chunked GDN form gives the one-pass bits only from chunk boundaries (model.h).
+  const bool chunked = model_->options().gdn == GdnMode::kChunked;
+  const auto chunk = static_cast<size_t>(kGdnChunkTokens);
+  const bool exact = options_.exact_only;
+  auto usable = [&](size_t len) { return len == n || (!exact && (!chunked || len % chunk == 0)); };
+  const auto match = cache_->find_longest(ids, usable);
+  const std::span<const int32_t> all(ids);
+  if (match.length == n) {
+    *reused = n;
+    reused_tokens_.fetch_add(n, std::memory_order_relaxed);
+    return match.state;
   }
-  *cached = false;
-  auto state = std::make_shared<const PrefixState>(model_->extend(model_->empty_state(), ids));
-  cache_->insert(ids, state);
-  return state;
+  std::shared_ptr<const PrefixState> from = match.state;
+  size_t at = match.length;
+  auto run_to = [&](size_t end) {
+    const std::vector<int32_t> part(ids.begin() + static_cast<std::ptrdiff_t>(at),
+                                    ids.begin() + static_cast<std::ptrdiff_t>(end));
+    from = std::make_shared<const PrefixState>(
+        model_->extend(from ? *from : model_->empty_state(), part));
+    at = end;
+  };
+  // Points inside this state, past the one continued from and not before kMinInnerPointTokens,
+  // computed in position order. A checkpoint at the last multiple of the spacing: a later state
+  // that rewrites an older part of this one continues from there. A tail point: appended text
+  // often retokenizes the last token or two (". " + "\n" -> ".\n"), and a conversation that
+  // rewrites its tail (a summary) each turn leaves each state about as far before its end as
+  // this request left the previous one; so kTailPointTokens before that (before the end when it
+  // left none).
+  std::vector<std::pair<size_t, PointKind>> points;
+  size_t step = exact ? 0 : options_.checkpoint_tokens;
+  if (chunked && step > 0) step = (step + chunk - 1) / chunk * chunk;
+  if (step > 0) points.emplace_back((n - 1) / step * step, PointKind::kCheckpoint);
+  const size_t tail = kTailPointTokens + match.left_before_end;
+  if (!chunked && !exact && options_.checkpoint_tokens > 0 && n > tail)
+    points.emplace_back(n - tail, PointKind::kTail);
+  std::sort(points.begin(), points.end());
+  for (auto [point, kind] : points) {
+    if (point <= at || point < kMinInnerPointTokens) continue;
+    run_to(point);
+    cache_->insert(all.first(point), from, cache_buffers(*from), kind);
+  }
+  run_to(n);
+  cache_->insert(all, from, cache_buffers(*from));
+  // An end of state that this longer state continued is covered by it: evict it first.
+  if (match.state && match.kind != PointKind::kCheckpoint) cache_->demote(all.first(match.length));
+  *reused = match.length;
+  reused_tokens_.fetch_add(match.length, std::memory_order_relaxed);
+  computed_tokens_.fetch_add(n - match.length, std::memory_order_relaxed);
+  return from;
 }
 
 ScoreResult Scorer::score(std::string_view request_json) const {
@@ -156,9 +223,7 @@ void Scorer::prepare(Pending& p) const {
   result.usage.state_tokens = s;
   result.usage.full_state_tokens = enc.state_tokens;
   result.usage.truncated = enc.truncated;
-  bool cached = false;
-  p.prefix = state_prefix(enc.state_ids(), &cached);
-  result.usage.cached_tokens = cached ? s : 0;
+  p.prefix = state_prefix(enc.state_ids(), &result.usage.cached_tokens);
   if (p.gone && p.gone())
     fail(ErrorKind::kInterrupted, "the client went away before its rows were scored");
 
@@ -197,6 +262,7 @@ void Scorer::finish(Pending& p, std::vector<RowResult> hidden,
   size_t at = 0;
   for (size_t q = 0; q < hidden.size(); ++q) {
     result.probabilities.emplace_back(probs.begin() + at, probs.begin() + at + counts[q]);
+    result.logits.emplace_back(logits.begin() + at, logits.begin() + at + counts[q]);
     at += counts[q];
   }
   double latency =
@@ -209,6 +275,8 @@ void Scorer::finish(Pending& p, std::vector<RowResult> hidden,
                        {"state_tokens", result.usage.full_state_tokens}};
   if (options_.limits.truncate) usage["state_tokens_used"] = result.usage.state_tokens;
   usage["cached_tokens"] = result.usage.cached_tokens;
+  // The same count where OpenAI-style usage readers (and upstream) look for it.
+  usage["input_tokens_details"] = {{"cached_tokens", result.usage.cached_tokens}};
   result.response = {{"model", request.model},
                      {"answers", std::move(answers)},
                      {"usage", usage},

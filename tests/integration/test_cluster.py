@@ -8,7 +8,8 @@ configuration of deploy/haproxy/kev-haproxy-cfg.py, on loopback ports.
 (c) affinity on X-Kev-State-Key: the prefix-cache hit rate over the replicas equals one
     server's on the same workload; without the header (round robin) it is the rate predicted
     from the rotation;
-(d) answers (and refusals) through the balancer equal those of one server.
+(d) answers (and refusals) through the balancer equal those of one server;
+(e) growing conversations keyed by conversation keep reusing their previous turn's state.
 
 Bounded in time; every process is stopped by its pid (kevcluster)."""
 import hashlib
@@ -233,6 +234,43 @@ def test_affinity_keeps_the_single_server_hit_rate(bundle, cluster_factory):
     print(f"\nprefix-cache hit rate, {states} states x {rounds}: one server {s_hits / (states * rounds):.3f}, "
           f"3 replicas with X-Kev-State-Key {k_hits / (states * rounds):.3f}, without it "
           f"{p_hits / (states * rounds):.3f}, round robin {r_hits / (states * rounds):.3f}")
+
+
+def test_growing_conversations_keep_their_reuse_through_the_balancer(bundle, cluster_factory):
+    """(e) Growing states keyed by their conversation: every turn of a conversation reaches one
+    replica, continues from the turn before (usage.cached_tokens), and answers as a cold server."""
+    convs, turns = 4, 5
+
+    def state(conv, turn):
+        return {"customer": f"c{conv}", "history": [f"turn {t}: conversation {conv} asked about order {t * 7}"
+                                                    for t in range(turn + 1)]}
+
+    questions = {"refund": {"type": "noul", "instructions": "Refund?"}}
+    c = cluster_factory(bundle)
+    cold = Replica(KEV_BIN, bundle, 0, (*REPLICA_ARGS, "--cache-entries", 0))
+    try:
+        replica_of, last = {}, {}
+        for turn in range(turns):
+            for conv in range(convs):
+                body = {"state": state(conv, turn), "questions": questions}
+                status, hdrs, got = request(c.haproxy.port, "POST", "/v1/systemone", body,
+                                            {"Content-Type": "application/json", STATE_KEY: f"conversation-{conv}"})
+                assert status == 200, got
+                assert replica_of.setdefault(conv, hdrs["x-kev-replica"]) == hdrs["x-kev-replica"]
+                status, _, want = request(cold.port, "POST", "/v1/systemone", body,
+                                          {"Content-Type": "application/json"})
+                assert status == 200 and want["usage"]["cached_tokens"] == 0
+                assert got["answers"] == want["answers"]
+                u = got["usage"]
+                reuse = ("cached_tokens", "input_tokens_details")
+                assert {k: v for k, v in u.items() if k not in reuse} == \
+                    {k: v for k, v in want["usage"].items() if k not in reuse}
+                if turn > 0:  # continued from within 8 tokens (the tail point) of the turn before
+                    assert u["cached_tokens"] >= last[conv] - 8, (conv, turn, u, last[conv])
+                last[conv] = u["state_tokens"]
+    finally:
+        cold.kill()
+    assert len(set(replica_of.values())) >= 2, "4 conversations all hashed to one replica"
 
 
 def test_answers_through_the_balancer_equal_one_server(bundle, expected, cluster_factory):

@@ -94,11 +94,12 @@ def test_health_and_models(server, model_name):
     assert server.score(REQUESTS[1])[0] == 200
     status, hdrs, health = server.request("GET", "/health")
     assert status == 200 and hdrs["content-type"].startswith("application/json")
-    assert list(health) == ["status", "ready", "model", "inflight", "queued", "cache", "batches"]
+    assert list(health) == ["status", "ready", "model", "inflight", "queued", "temperature", "cache", "batches"]
     assert health["status"] == "ok" and health["ready"] is True and health["model"] == model_name
     assert health["inflight"] == 0 and health["queued"] == 0
     cache = health["cache"]
-    assert set(cache) == {"entries", "tokens", "hits", "misses"}
+    assert set(cache) == {"entries", "tokens", "hits", "misses", "bytes", "max_bytes", "reused_tokens",
+                          "computed_tokens"}
     assert all(isinstance(v, int) for v in cache.values())
     assert cache["entries"] >= 1 and cache["tokens"] > 0 and cache["misses"] >= 1
     batches = health["batches"]

@@ -437,14 +437,16 @@ def test_replay_typed_decisions(bundle, server, i):
 def test_truncation_fields(bundle, server):
     got = score(server, REQUEST)
     assert "truncated" not in got and "state_tokens_used" not in got["usage"]
-    assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "cached_tokens"]
+    assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "cached_tokens",
+                                  "input_tokens_details"]
     s = ServeProcess(bundle, "--max-state", 16, "--truncate")
     try:
         long_req = {"state": "word " * 100, "questions": {"n": NOUL}}
         status, _, got = post(s, "/v1/systemone", long_req)
         assert status == 200, got
         assert list(got) == ["model", "answers", "usage", "latency_ms", "truncated"]
-        assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "state_tokens_used", "cached_tokens"]
+        assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "state_tokens_used", "cached_tokens",
+                                      "input_tokens_details"]
         assert got["truncated"] is True and got["usage"]["state_tokens_used"] == 16 < got["usage"]["state_tokens"]
         cli = json.loads(run_kev("score", "--bundle", bundle, "--max-state", 16, "--truncate",
                                  input=json.dumps(long_req)).stdout)

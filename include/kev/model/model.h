@@ -50,6 +50,9 @@ enum class GdnMode {
   kRecurrent,  // per-token recurrence: the exact reference form
   kChunked,    // chunks of 64 tokens (UT-transform form); faster on long sequences
 };
+// kChunked's chunk: its chunks start at multiples of this from the start of each extend() or
+// row, so a state continued from a point that is not a multiple of it differs in the last bits.
+constexpr int64_t kGdnChunkTokens = 64;
 
 enum class Precision {
   kFp32,  // FP32 activations x BF16 weights: exact reference parity (default)
@@ -69,17 +72,35 @@ struct ForwardOptions {
 struct Int8Weights;     // the quantized projections of kInt8 (projections.h)
 struct Bf16DotWeights;  // kBf16's projections, packed for a bf16 dot kernel (projections.h)
 
-// Per-layer cache after a prefix. Attention layers: k, v [length, kv_heads * head_dim] (after
-// k_norm and RoPE). GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest
-// first, zeros before the start), s [lin_v_heads, lin_k_dim, lin_v_dim] recurrent state.
+// Keys and values of consecutive positions, as one extend() step wrote them: k, v [rows,
+// kv_heads * head_dim] (after k_norm and RoPE). Immutable once made.
+struct KvBlock {
+  std::vector<float> k, v;
+};
+// Per-layer cache after a prefix. Attention layers: kv, the keys/values of every position so
+// far in blocks (position order); a state that continues another shares that one's blocks and
+// adds one of its own, so saved points of one conversation hold each position's keys/values
+// once. GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest first, zeros
+// before the start), s [lin_v_heads, lin_k_dim, lin_v_dim] recurrent state (fixed-size).
 struct LayerState {
-  std::vector<float> k, v, conv, s;
+  std::vector<std::shared_ptr<const KvBlock>> kv;
+  std::vector<float> conv, s;
 };
 
 struct PrefixState {
   int64_t length = 0;
   std::vector<LayerState> layers;
 };
+// The buffers a state holds, each as (address, bytes of its capacity): every KvBlock (which
+// states that share it list with the same address) and each GDN layer's own conv and s. Attention
+// keys/values cost 8 * kv_heads * head_dim bytes per token per attention layer.
+struct StateBuffer {
+  const void* address = nullptr;
+  size_t bytes = 0;
+};
+std::vector<StateBuffer> state_buffers(const PrefixState& s);
+// Bytes of all of a state's buffers (shared blocks included), plus its own bookkeeping.
+size_t bytes_held(const PrefixState& s);
 
 struct RowRequest {
   std::vector<int32_t> ids;

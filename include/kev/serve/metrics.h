@@ -40,8 +40,8 @@ struct MetricsSnapshot {
   size_t inflight = 0, queued = 0, connections = 0;
   const char* lifecycle = "loading";  // "loading" | "ready" | "draining"
   struct Cache {
-    size_t entries = 0, tokens = 0;
-    uint64_t hits = 0, misses = 0, evictions = 0;
+    size_t entries = 0, tokens = 0, bytes = 0, max_bytes = 0;
+    uint64_t hits = 0, misses = 0, evictions = 0, reused_tokens = 0, computed_tokens = 0;
   };
   std::optional<Cache> cache;  // absent while the model is loading
 };
@@ -63,8 +63,9 @@ class ServeMetrics {
   // One model pass that scored `requests` requests together. Without cross-request batching
   // every pass is one request; a batching worker calls this once per pass with its size.
   void batch(size_t requests);
-  // One request scored (200): the tokens it encoded to and whether its state prefix was cached.
-  void scored(size_t state_tokens, size_t row_tokens, size_t questions, bool cached);
+  // One request scored (200): the tokens it encoded to and how many of its state tokens were
+  // continued from a saved point.
+  void scored(size_t state_tokens, size_t row_tokens, size_t questions, size_t cached_tokens);
   void model_loaded(double seconds);
 
   std::string render(const MetricsSnapshot& now) const;

@@ -1,19 +1,35 @@
 // Scorer: the whole native Kev scoring path over one export bundle.
 //
 //   request JSON -> parse/validate (text/api.h) -> strict or truncating encoding (text/encoding.h)
-//   -> state prefix from the LRU cache or computed once (model/model.h) -> every question as
-//   its own row continuing the prefix, reading hidden states at <decide> and each </opt>
-//   -> pointer head + temperature (head/pointer_head.h) -> answers (text/api.h).
+//   -> state prefix: continued from the longest saved point its ids begin with (prefix_cache.h),
+//   only the rest computed (model/model.h) -> every question as its own row continuing the
+//   prefix, reading hidden states at <decide> and each </opt> -> pointer head + temperature
+//   (head/pointer_head.h) -> answers (text/api.h).
+//
+// Saved points of each computed state (past the point it continued from): its end; a tail point
+// 8 tokens before the end, or before where this request left the longer saved state it shared
+// most ids with (appended text often retokenizes the last token or two; a conversation that
+// rewrites a summary at its end each turn leaves each state about as far before its end as the
+// one before); and a checkpoint at the last multiple of checkpoint_tokens inside it (a rewrite
+// further back continues from there). checkpoint_tokens 0 saves the end only. An end or tail point
+// that a longer state continued from is demoted to be evicted first: the longer state covers it.
+// Points of one conversation share the attention keys/values of their common positions (model.h
+// KvBlock); the cache counts a shared block once. A state continued from a saved point is bitwise
+// the state computed in one pass (model.h: with GdnMode::kRecurrent from any point, in every
+// precision; with kChunked only from multiples of its 64-token chunk, so the chunked form uses no
+// other point).
 //
 // Contract: score() either returns a complete response or throws kev::Error (no partial
-// answers). A cached prefix is shared immutably; a question's answer does not depend on the
-// other questions in the request or on whether its state was cached. Thread-safe: concurrent
+// answers). A cached prefix is shared immutably; a question's answer and usage (cached_tokens
+// aside) do not depend on the other questions in the request or on what was cached before.
+// Thread-safe: concurrent
 // score() calls share the model, head, tokenizer and cache read-only / under the cache's lock.
 // score_batch() scores several requests with the question rows of all of them in one model pass
 // (each on its own cached or fresh state prefix): every request gets bitwise the response, usage
 // and error that score() alone would give it (latency_ms aside), and one request's error never
 // fails another's.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -38,11 +54,15 @@ namespace kev {
 // would need ~12 GB for its prefill alone. Every limit can be raised per process.
 struct ScorerOptions {
   EncodeLimits limits = {.max_state = 8192, .max_row = 16384};  // strict by default
-  size_t max_input_tokens = 65536;  // packed tokens of one request (state + every branch)
-  size_t cache_entries = 16;        // state prefixes kept
-  size_t cache_tokens = 1 << 16;    // total state tokens kept
-  size_t cache_min_tokens = 0;  // shorter states are not cached (upstream KEV_PREFIX_MIN_TOKENS)
-  int decimals = 4;             // answer rounding (negative: unrounded)
+  size_t max_input_tokens = 65536;       // packed tokens of one request (state + every branch)
+  size_t cache_entries = 64;             // saved points kept (ends of states and checkpoints)
+  size_t cache_tokens = 1 << 16;         // total state tokens kept
+  size_t cache_bytes = size_t{2} << 30;  // total bytes of the saved points (docs/api.md)
+  size_t cache_min_tokens = 0;     // shorter states are not cached (upstream KEV_PREFIX_MIN_TOKENS)
+  size_t checkpoint_tokens = 512;  // checkpoint spacing inside states (0: ends of states only)
+  bool exact_only = false;  // reuse only a state seen whole before, save only ends (as before)
+  int decimals = 4;         // answer rounding (negative: unrounded)
+  double temperature = 0;   // > 0: replaces the bundle's calibration temperature
   ForwardOptions forward;
 };
 
@@ -50,7 +70,7 @@ struct ScoreUsage {
   size_t input_tokens = 0;       // every token of the packed encoding
   size_t state_tokens = 0;       // S, the state prefix (with <state>)
   size_t full_state_tokens = 0;  // the whole state (with <state>): > S only when truncated
-  size_t cached_tokens = 0;      // S when the prefix came from the cache, else 0
+  size_t cached_tokens = 0;      // leading state tokens continued from a saved point (<= S)
   bool truncated = false;
 };
 
@@ -58,6 +78,7 @@ struct ScoreResult {
   OrderedJson response;  // {"model","answers","usage","latency_ms"}
   ScoreUsage usage;
   std::vector<std::vector<double>> probabilities;  // per question, option order (unrounded)
+  std::vector<std::vector<float>> logits;          // per question: raw pointer logits (before T)
 };
 
 // One request of a score_batch() call; the request must outlive the call.
@@ -100,11 +121,14 @@ class Scorer {
   const PointerHead& head() const { return head_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const PrefixCache<PrefixState>& cache() const { return *cache_; }
+  // State tokens taken from saved points / computed, over the scorer's life.
+  uint64_t reused_tokens() const { return reused_tokens_.load(std::memory_order_relaxed); }
+  uint64_t computed_tokens() const { return computed_tokens_.load(std::memory_order_relaxed); }
 
  private:
   struct Pending;  // one request between its stages (scorer.cpp)
   std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids,
-                                                  bool* cached) const;
+                                                  size_t* reused) const;
   // usage.output_tokens as upstream counts it: tokens of json.dumps(answers) (no special tokens
   // added; added tokens in the text are matched, as the HF tokenizer does).
   size_t output_tokens(const OrderedJson& answers) const;
@@ -119,6 +143,7 @@ class Scorer {
   std::unique_ptr<Model> model_;
   PointerHead head_;
   std::unique_ptr<PrefixCache<PrefixState>> cache_;
+  mutable std::atomic<uint64_t> reused_tokens_{0}, computed_tokens_{0};
 };
 
 }  // namespace kev

@@ -48,10 +48,22 @@ TEST(ServeMetrics, EveryFamilyIsDeclaredOnceBeforeItsSamples) {
   ServeMetrics m({"/a"});
   MetricsSnapshot now;
   now.lifecycle = "ready";
-  now.cache = MetricsSnapshot::Cache{1, 2, 3, 4, 5};
+  now.cache = MetricsSnapshot::Cache{.entries = 1,
+                                     .tokens = 2,
+                                     .bytes = 6,
+                                     .max_bytes = 7,
+                                     .hits = 3,
+                                     .misses = 4,
+                                     .evictions = 5,
+                                     .reused_tokens = 8,
+                                     .computed_tokens = 9};
   m.model_loaded(1.5);
   const std::string text = m.render(now);
   EXPECT_TRUE(has_line(text, "kev_prefix_cache_evictions_total 5")) << text;
+  EXPECT_TRUE(has_line(text, "kev_prefix_cache_bytes 6")) << text;
+  EXPECT_TRUE(has_line(text, "kev_prefix_cache_max_bytes 7")) << text;
+  EXPECT_TRUE(has_line(text, "kev_prefix_reused_tokens_total 8")) << text;
+  EXPECT_TRUE(has_line(text, "kev_prefix_computed_tokens_total 9")) << text;
   EXPECT_TRUE(has_line(text, "kev_model_load_seconds 1.5")) << text;
   EXPECT_TRUE(has_line(text, "kev_lifecycle{state=\"ready\"} 1")) << text;
   // Each # TYPE appears once, and every sample line follows the # TYPE of its family.

@@ -1,0 +1,165 @@
+// The prefix-reuse contract (model.h, serve/scorer.h): a state continued from a saved point is
+// bitwise the state computed in one pass, and so are the hidden states of the continuation and
+// of rows run on it. Checked in every precision mode with the recurrent GDN form from any point,
+// and with the chunked form from multiples of its chunk (the only points the scorer uses there).
+// The oracle is the one-pass computation of the same ids.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kev/model/model.h"
+#include "kev/synth/synth.h"
+
+namespace kev {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Continue : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("kev-continue-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    SynthOptions o;
+    o.out = dir_.string();
+    o.seed = 11;
+    synthesize(o);
+    model_ = Model::load((dir_ / "base").string()).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+    fs::remove_all(dir_);
+  }
+
+  static std::vector<int32_t> ids(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(model_->config().vocab - 1));
+    std::vector<int32_t> out(n);
+    for (auto& v : out) v = d(rng);
+    return out;
+  }
+  static std::vector<int32_t> slice(const std::vector<int32_t>& v, size_t a, size_t b) {
+    return {v.begin() + static_cast<std::ptrdiff_t>(a), v.begin() + static_cast<std::ptrdiff_t>(b)};
+  }
+  static bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  }
+  // A layer's keys (or values) of every position, whatever their blocks.
+  static std::vector<float> all_of(const LayerState& l, std::vector<float> KvBlock::*part) {
+    std::vector<float> out;
+    for (const auto& b : l.kv) out.insert(out.end(), ((*b).*part).begin(), ((*b).*part).end());
+    return out;
+  }
+  static bool same_state(const PrefixState& a, const PrefixState& b) {
+    if (a.length != b.length || a.layers.size() != b.layers.size()) return false;
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      const LayerState &x = a.layers[l], &y = b.layers[l];
+      if (!same_floats(all_of(x, &KvBlock::k), all_of(y, &KvBlock::k)) ||
+          !same_floats(all_of(x, &KvBlock::v), all_of(y, &KvBlock::v)) ||
+          !same_floats(x.conv, y.conv) || !same_floats(x.s, y.s))
+        return false;
+    }
+    return true;
+  }
+
+  // For each cut point: extend(empty, ids[:p]) then extend(that, ids[p:]) against one pass.
+  static void check_points(const std::vector<size_t>& points, const char* what) {
+    Model& m = *model_;
+    const std::vector<int32_t> all = ids(300, 3);
+    std::vector<float> one_hidden;
+    const PrefixState one = m.extend(m.empty_state(), all, {}, &one_hidden);
+    const size_t h = static_cast<size_t>(m.config().hidden);
+    RowRequest row;
+    row.ids = ids(13, 4);
+    const std::vector<RowResult> one_rows = m.run_rows(one, {row});
+    for (size_t p : points) {
+      const PrefixState saved = m.extend(m.empty_state(), slice(all, 0, p));
+      std::vector<float> tail_hidden;
+      const PrefixState cont = m.extend(saved, slice(all, p, all.size()), {}, &tail_hidden);
+      EXPECT_TRUE(same_state(cont, one)) << what << ": state continued from " << p;
+      const std::vector<float> want(one_hidden.begin() + static_cast<std::ptrdiff_t>(p * h),
+                                    one_hidden.end());
+      EXPECT_TRUE(same_floats(tail_hidden, want)) << what << ": hidden continued from " << p;
+      const std::vector<RowResult> rows = m.run_rows(cont, {row});
+      EXPECT_TRUE(same_floats(rows[0].hidden, one_rows[0].hidden)) << what << ": row after " << p;
+    }
+    // Two saved points in a row (a conversation that grew twice).
+    const PrefixState a = m.extend(m.empty_state(), slice(all, 0, points.front()));
+    const PrefixState b = m.extend(a, slice(all, points.front(), points.back()));
+    const PrefixState c = m.extend(b, slice(all, points.back(), all.size()));
+    EXPECT_TRUE(same_state(c, one)) << what << ": continued twice";
+  }
+
+  static inline fs::path dir_;
+  static inline Model* model_ = nullptr;
+};
+
+TEST_F(Continue, RecurrentFromAnyPointIsOnePassInEveryPrecision) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
+    model_->set_options({.gdn = GdnMode::kRecurrent, .threads = 2, .precision = p});
+    check_points({1, 37, 64, 129, 250, 299}, precision_name(p));
+  }
+  model_->set_options({});
+}
+
+TEST_F(Continue, ChunkedFromChunkBoundariesIsOnePassInEveryPrecision) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
+    model_->set_options({.gdn = GdnMode::kChunked, .threads = 2, .precision = p});
+    check_points({64, 128, 256}, precision_name(p));
+  }
+  model_->set_options({});
+}
+
+TEST_F(Continue, ContinuedStatesShareTheirPrefixBlocks) {
+  Model& m = *model_;
+  const PrefixState s10 = m.extend(m.empty_state(), ids(10, 5));
+  const PrefixState s20 = m.extend(s10, ids(10, 6));
+  size_t attention = 0;
+  for (size_t l = 0; l < s20.layers.size(); ++l) {
+    if (s10.layers[l].kv.empty()) continue;
+    ++attention;
+    ASSERT_EQ(s20.layers[l].kv.size(), 2u);
+    EXPECT_EQ(s20.layers[l].kv[0].get(), s10.layers[l].kv[0].get());  // shared, not copied
+  }
+  EXPECT_GT(attention, 0u);
+  // Every buffer of s10 that s20 also lists is a shared block: the GDN buffers are its own.
+  const std::vector<StateBuffer> a = state_buffers(s10), b = state_buffers(s20);
+  size_t shared = 0;
+  for (const StateBuffer& x : a)
+    for (const StateBuffer& y : b)
+      if (x.address == y.address) ++shared;
+  EXPECT_EQ(shared, attention);
+}
+
+TEST_F(Continue, BytesHeldCountsEveryBuffer) {
+  Model& m = *model_;
+  const ModelConfig& c = m.config();
+  const PrefixState s10 = m.extend(m.empty_state(), ids(10, 5));
+  const PrefixState s20 = m.extend(s10, ids(10, 6));
+  const PrefixState one20 = m.extend(m.empty_state(), ids(20, 7));
+  // Independent count from the config: per attention layer k and v of kv_heads * head_dim
+  // floats per token; per GDN layer (K-1) conv rows and the [lv, dk, dv] state.
+  size_t attn = 0, gdn = 0;
+  for (int64_t l = 0; l < c.layers; ++l) (is_full_attention_layer(l) ? attn : gdn) += 1;
+  const size_t per_token = attn * 2 * static_cast<size_t>(c.kv_heads * c.head_dim) * 4;
+  const size_t fixed = gdn *
+                       static_cast<size_t>((c.conv_kernel - 1) * c.conv_dim() +
+                                           c.lin_v_heads * c.lin_k_dim * c.lin_v_dim) *
+                       4;
+  const size_t overhead = 4096 + 64 * static_cast<size_t>(c.layers);  // bookkeeping only
+  EXPECT_GE(bytes_held(s10), fixed + 10 * per_token);
+  EXPECT_LT(bytes_held(s10), fixed + 10 * per_token + overhead);
+  EXPECT_GE(bytes_held(s20), fixed + 20 * per_token);
+  EXPECT_LT(bytes_held(s20), fixed + 20 * per_token + 2 * overhead);
+  EXPECT_GE(bytes_held(one20), fixed + 20 * per_token);
+  EXPECT_LT(bytes_held(one20), fixed + 20 * per_token + overhead);
+}
+
+}  // namespace
+}  // namespace kev
