@@ -33,15 +33,15 @@ echo "aarch64 cpu (emulated): $("$wrapper" cpu)" >&2
 # threads themselves are left out under emulation (they run natively on x86-64 above). The
 # end-to-end comparison below covers the NEON GEMM and the rest on real model shapes.
 export KEV_THREADS=1
-needs_threads='Threads\.|BatchEqualsOneAtATime|\.Gemm\.|GemmAvx512Int8\.(Emulated|Extreme)|GemmAvx512Bf16\.(Packed|Emulated)|GemmInt8\.(Close|Bitwise)|RunRows\.MixedPrefixes'
+needs_threads='Threads\.|BatchEqualsOneAtATime|\.Gemm\.|GemmAvx512Int8\.(Emulated|Extreme)|GemmAvx512Bf16\.(Packed|Emulated)|GemmInt8\.(Close|Bitwise)|RunRows\.MixedPrefixes|Continue\.'
 
 # Unit tests (ctest runs them through CMAKE_CROSSCOMPILING_EMULATOR).
 for isa in "" portable; do
   echo "== aarch64: unit tests${isa:+ with KEV_ISA=$isa}" >&2
-  KEV_ISA=$isa ctest --test-dir build/aarch64 --output-on-failure -j "$(nproc)" --timeout 300 \
+  KEV_ISA=$isa ctest --test-dir build/aarch64 --output-on-failure -j "$(nproc)" --timeout 120 \
     -R '^(core|model|head|export)\.' -E "$needs_threads"
 done
 
-echo "== aarch64 vs x86-64: the same pipeline, byte for byte" >&2
+echo "== aarch64 vs x86-64: the same pipeline (bundles byte for byte, model outputs within bounds)" >&2
 scripts/cross_arch.sh "$root/build/ci/kev" "$wrapper"
 echo "test_aarch64.sh: all checks passed" >&2
