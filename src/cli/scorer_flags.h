@@ -1,9 +1,13 @@
 // The flags `kev score` and `kev serve` share: encoding limits, request size, answer rounding,
-// prefix cache (saved points), compute threads and precision, bound straight into a
-// kev::ScorerOptions.
+// prefix cache (saved points), compute threads, precision and the calibration temperature, bound
+// straight into a kev::ScorerOptions.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <string>
+
+#include "kev/core/error.h"
 
 #include "kev/serve/scorer.h"
 
@@ -18,6 +22,38 @@ inline CLI::Option* add_precision_flag(CLI::App& app, Precision& p) {
           "parity budget of docs/performance.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
       ->default_str("fp32");
+}
+
+// `--temperature T` (or KEV_TEMPERATURE, as upstream's server reads it): replaces the bundle's
+// calibration temperature; 1.0 gives raw probabilities. Unset: the bundle's.
+inline CLI::Option* add_temperature_flag(CLI::App& app, double& t) {
+  return app
+      .add_option("--temperature", t,
+                  "calibration temperature instead of the bundle's (1.0: raw probabilities; "
+                  "default: the bundle's; also KEV_TEMPERATURE)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(s.c_str(), &end);
+            if (end == s.c_str() || *end != '\0' || !std::isfinite(x) || !(x > 0))
+              return "must be a finite number > 0, not \"" + s + "\"";
+            return "";
+          },
+          "T > 0"));
+}
+
+// KEV_TEMPERATURE when --temperature (`flag`) was not given (unset or empty: the bundle's). Call
+// from the command's runner; a malformed value is refused (kBadInput) naming the variable.
+inline void apply_temperature_env(const CLI::Option* flag, double& t) {
+  if (flag && flag->count() > 0) return;
+  const char* v = std::getenv("KEV_TEMPERATURE");
+  if (!v || !*v) return;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !std::isfinite(x) || !(x > 0))
+    fail(ErrorKind::kBadInput, "KEV_TEMPERATURE must be a finite number > 0, not \"{}\"",
+         std::string(v).substr(0, 40));
+  t = x;
 }
 
 inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
@@ -56,6 +92,7 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
   app.add_option("--threads", o.forward.threads,
                  "compute threads per request (default: all cores)");
   add_precision_flag(app, o.forward.precision);
+  add_temperature_flag(app, o.temperature);
 }
 
 }  // namespace kev::cli

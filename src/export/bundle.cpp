@@ -70,10 +70,14 @@ HeadWeights extract_head(const PyValue& root, int64_t hidden, const std::string&
         fail(ErrorKind::kBadInput, "{}: head[\"{}\"] element {} is {}; head weights must be finite",
              name, kHeadTensorNames[i], k, h.tensors[i][k]);
   }
-  if (const PyValue* hd = root.get("head_dim");
-      hd && hd->as_number() && *hd->as_number() != double(h.pointer))
-    fail(ErrorKind::kBadInput, "{}: head_dim is {} but the head tensors have pointer dimension {}",
-         name, *hd->as_number(), h.pointer);
+  if (const PyValue* hd = root.get("head_dim")) {
+    const int64_t* dim = std::get_if<int64_t>(&hd->v);
+    if (!dim) fail(ErrorKind::kBadInput, "{}: head_dim is a {}, not an int", name, hd->type_name());
+    if (*dim != h.pointer)
+      fail(ErrorKind::kBadInput,
+           "{}: head_dim is {} but the head tensors have pointer dimension {}", name, *dim,
+           h.pointer);
+  }
   const PyValue* t = root.get("temperature");
   if (!t || !t->as_number())
     fail(ErrorKind::kBadInput, "{}: \"temperature\" is missing or not a number", name);

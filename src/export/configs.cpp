@@ -13,10 +13,21 @@ namespace {
 
 using Json = nlohmann::json;
 
-// A value for an error message: containers are named by type, since dump() recurses and a
-// deeply nested value would overflow the stack.
+// Whether v nests at most `depth` containers deep (checked without unbounded recursion).
+bool shallow(const Json& v, int depth) {
+  if (v.is_primitive()) return true;
+  if (depth == 0) return false;
+  for (const auto& child : v)  // for an object: its values
+    if (!shallow(child, depth - 1)) return false;
+  return true;
+}
+
+// A value for an error message, shortened; deeply nested containers are named by type, since
+// dump() recurses and a deeply nested value would overflow the stack.
 std::string shown(const Json& v) {
-  return v.is_primitive() ? v.dump() : std::string(v.type_name());
+  if (!shallow(v, 2)) return std::string(v.type_name());
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return s.size() > 80 ? s.substr(0, 80) + "..." : s;
 }
 
 Json parse_object(std::string_view text, const std::string& name) {
@@ -49,6 +60,30 @@ void require_empty(const Json& obj, const char* key, const char* what, const std
   fail(ErrorKind::kUnsupported, "{}: \"{}\" is {} ({}); only plain LoRA adapters can be merged",
        name, key, shown(*it), what);
 }
+
+// null, false, "", [] or {}: what PEFT writes for a feature left off.
+bool is_off(const Json& v) {
+  return v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
+         (v.is_string() && v.get<std::string>().empty()) ||
+         ((v.is_array() || v.is_object()) && v.empty());
+}
+
+// adapter_config.json keys kev knows: the ones read or checked in parse_lora_config, and those
+// that do not change a saved adapter's merge (provenance, training-only settings, settings of a
+// feature whose switch is checked).
+const std::set<std::string> kKnownAdapterKeys = {
+    // read or checked
+    "peft_type", "r", "lora_alpha", "target_modules", "use_dora", "use_rslora", "fan_in_fan_out",
+    "modules_to_save", "rank_pattern", "alpha_pattern", "layers_to_transform", "layer_replication",
+    "bias", "lora_bias", "use_qalora", "exclude_modules", "target_parameters",
+    "trainable_token_indices", "alora_invocation_tokens", "megatron_config", "arrow_config",
+    "init_lora_weights",
+    // provenance and bookkeeping
+    "base_model_name_or_path", "revision", "task_type", "inference_mode", "auto_mapping",
+    "peft_version",
+    // training-time only, or settings of a feature whose switch is checked above
+    "lora_dropout", "loftq_config", "eva_config", "corda_config", "runtime_config",
+    "layers_pattern", "megatron_core", "qalora_group_size", "ensure_weight_tying"};
 
 }  // namespace
 
@@ -100,8 +135,8 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
   Json j = parse_object(text, name);
   auto pt = j.find("peft_type");
   if (pt == j.end() || *pt != "LORA")
-    fail(ErrorKind::kUnsupported, "{}: peft_type is {}; only \"LORA\" adapters can be merged", name,
-         pt == j.end() ? std::string("missing") : shown(*pt));
+    fail(ErrorKind::kUnsupported, "{}: \"peft_type\" is {}; only \"LORA\" adapters can be merged",
+         name, pt == j.end() ? std::string("missing") : shown(*pt));
   LoraConfig c;
   c.rank = positive_int(j, "r", name);
   auto alpha = j.find("lora_alpha");
@@ -110,6 +145,8 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
     fail(ErrorKind::kBadInput, "{}: \"lora_alpha\" must be a positive number", name);
   c.alpha = alpha->get<double>();
   require_off(j, "use_dora", "DoRA", name);
+  require_off(j, "lora_bias", "a trained bias beside lora_B", name);
+  require_off(j, "use_qalora", "QALoRA", name);
   require_off(j, "use_rslora", "rsLoRA scales by alpha/sqrt(r)", name);
   require_off(j, "fan_in_fan_out", "transposed weights", name);
   require_empty(j, "modules_to_save", "fully trained extra modules", name);
@@ -117,6 +154,34 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
   require_empty(j, "alpha_pattern", "per-module alphas", name);
   require_empty(j, "layers_to_transform", "a layer subset", name);
   require_empty(j, "layer_replication", "replicated layers", name);
+  require_empty(j, "exclude_modules", "modules left out of target_modules", name);
+  require_empty(j, "target_parameters", "LoRA on parameters rather than modules", name);
+  require_empty(j, "trainable_token_indices",
+                "trained token embeddings that replace rows of the embedding matrix", name);
+  require_empty(j, "alora_invocation_tokens",
+                "activated LoRA, applied only after its invocation tokens", name);
+  require_empty(j, "megatron_config", "Megatron parallel layers", name);
+  require_empty(j, "arrow_config", "routing among several adapters", name);
+  if (auto init = j.find("init_lora_weights"); init != j.end() && !init->is_null()) {
+    static const std::set<std::string> kPlain = {"gaussian", "eva", "orthogonal"};
+    if (!init->is_boolean() && !(init->is_string() && kPlain.count(init->get<std::string>())))
+      fail(ErrorKind::kUnsupported,
+           "{}: \"init_lora_weights\" is {}; only adapters initialised without changing the base "
+           "(true, false, \"gaussian\", \"eva\", \"orthogonal\") can be merged: a PiSSA, OLoRA, "
+           "CorDA or LoftQ adapter not converted to plain LoRA when saved is relative to a "
+           "modified base",
+           name, shown(*init));
+  }
+  // Every other key PEFT writes is either provenance or the setting of a feature refused above.
+  // A key kev does not know is accepted only at a value that means "off" (what PEFT writes for
+  // a feature left at its default); anything else might change the merge and is refused.
+  for (const auto& [key, v] : j.items()) {
+    if (kKnownAdapterKeys.count(key) || is_off(v)) continue;
+    fail(ErrorKind::kUnsupported,
+         "{}: \"{}\" is {}, a PEFT setting kev does not know; kev refuses it rather than guess "
+         "whether it changes the merge (only plain LoRA adapters can be merged)",
+         name, key, shown(v));
+  }
   if (auto b = j.find("bias"); b != j.end() && *b != "none")
     fail(ErrorKind::kUnsupported, "{}: \"bias\" is {}; only bias \"none\" adapters can be merged",
          name, shown(*b));

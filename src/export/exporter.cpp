@@ -28,6 +28,7 @@
 #include "kev/export/inventory.h"
 #include "kev/export/merge.h"
 #include "kev/export/recipe.h"
+#include "kev/formats/checkpoint_fields.h"
 #include "kev/formats/safetensors.h"
 #include "kev/formats/torch_checkpoint.h"
 
@@ -152,6 +153,7 @@ struct Plan {
   BaseIndex index;
   Delimiters delimiters;
   HeadWeights head;
+  CheckpointFields fields;
   std::vector<std::unique_ptr<SafetensorsFile>> shards;  // index.shards order
   std::unique_ptr<SafetensorsBuffer> adapter;            // over inputs.contents: the verified bytes
   std::vector<LoraTarget> targets;
@@ -168,6 +170,11 @@ Plan plan_export(const ExportOptions& o) {
     fail(ErrorKind::kBadInput, "{} already exists; choose a new output path or remove it first",
          o.out_dir);
   p.inputs = verify_pinned_inputs(p.recipe, o.recipe_path, o.base_dir, o.checkpoint_dir);
+  // head.pt's inference fields first: a checkpoint kev cannot run is refused by the field that
+  // says so, before its other files (a trained-token adapter, say) trip a later check.
+  PyValue head_pt = read_torch_checkpoint_bytes(p.inputs.bytes("checkpoint/head.pt"),
+                                                o.checkpoint_dir + "/head.pt");
+  p.fields = read_checkpoint_fields(head_pt, o.checkpoint_dir + "/head.pt");
 
   p.config =
       parse_base_text_config(p.inputs.bytes("base/config.json"), o.base_dir + "/config.json");
@@ -182,6 +189,11 @@ Plan plan_export(const ExportOptions& o) {
          "adapter_config.json has r {} and lora_alpha {} but recipe {} "
          "expects rank {} and alpha {}",
          p.lora.rank, p.lora.alpha, o.recipe_path, p.recipe.rank, p.recipe.alpha);
+  if (p.fields.lora && *p.fields.lora != p.lora.rank)
+    fail(ErrorKind::kBadInput,
+         "{}/head.pt says \"lora\" {} but adapter_config.json has r {}; they are not from one "
+         "checkpoint",
+         o.checkpoint_dir, *p.fields.lora, p.lora.rank);
   // What torch does with `tensor * (alpha / r)`: the Python float is rounded to F32.
   p.scale = static_cast<float>(p.lora.alpha / static_cast<double>(p.lora.rank));
 
@@ -231,8 +243,6 @@ Plan plan_export(const ExportOptions& o) {
   for (const auto& t : p.targets)
     p.by_base_name[t.base_name] = {&t, &p.adapter->get(t.a_name), &p.adapter->get(t.b_name)};
 
-  PyValue head_pt = read_torch_checkpoint_bytes(p.inputs.bytes("checkpoint/head.pt"),
-                                                o.checkpoint_dir + "/head.pt");
   p.head = extract_head(head_pt, p.config.hidden, o.checkpoint_dir + "/head.pt");
   return p;
 }
@@ -345,6 +355,7 @@ std::string manifest_json(const Plan& p, const std::map<std::string, std::string
       {"dimensions",
        {{"hidden", p.config.hidden}, {"layers", p.config.layers}, {"pointer", p.head.pointer}}},
       {"temperature", p.head.temperature},
+      {"checkpoint_fields", checkpoint_fields_json(p.fields)},
       {"delimiters",
        {{"state", p.delimiters.state},
         {"question", p.delimiters.question},

@@ -49,7 +49,7 @@ int64_t sum(int64_t a, int64_t b) {
   return s;
 }
 
-// [out, in] of the base weight for one projection, as in REFERENCE.md's tensor list.
+// [out, in] of the base weight for one projection, as in docs/reference.md's tensor list.
 std::vector<int64_t> base_shape(const BaseTextConfig& c, const std::string& module) {
   const int64_t h = c.hidden, inter = c.intermediate;
   const int64_t q = product({c.heads, c.head_dim, c.attn_output_gate ? 2 : 1}),

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <exception>
 #include <filesystem>
 #include <regex>
 
@@ -18,6 +19,8 @@
 #include "kev/export/configs.h"
 #include "kev/export/family.h"
 #include "kev/export/inventory.h"
+#include "kev/formats/checkpoint_fields.h"
+#include "kev/formats/torch_checkpoint.h"
 
 namespace kev {
 namespace {
@@ -171,6 +174,24 @@ PinSummary run_pin(const PinOptions& o) {
     fail(ErrorKind::kBadInput, "{} already exists; kev pin never overwrites a recipe", o.out_path);
   Recipe& r = s.recipe;
   const FamilyMember& member = *find_member(r.model);
+  // head.pt's inference fields before anything else, so that a checkpoint kev cannot run is
+  // refused by the field that says so (a fully fine-tuned one has no adapter files to hash).
+  // Where head.pt is missing, hashing below says so; where it does not even parse, that is
+  // reported after hashing, whose cache cross-check may explain it (a corrupt download).
+  std::string head_bytes;
+  CheckpointFields fields;
+  std::exception_ptr malformed_head;
+  const std::string head_path = o.checkpoint_dir + "/head.pt";
+  if (struct stat st{}; ::stat(head_path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    head_bytes = read_file(head_path);
+    try {
+      fields =
+          read_checkpoint_fields(read_torch_checkpoint_bytes(head_bytes, head_path), head_path);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kBadInput) throw;
+      malformed_head = std::current_exception();
+    }
+  }
   std::string index_bytes = read_file(o.base_dir + "/model.safetensors.index.json");
   BaseIndex index = parse_base_index(index_bytes, o.base_dir + "/model.safetensors.index.json");
   for (const auto& shard : index.shards) r.base.files[shard] = std::nullopt;
@@ -231,8 +252,15 @@ PinSummary run_pin(const PinOptions& o) {
   if (sha256_hex(config_bytes) != *r.base.files["config.json"] ||
       sha256_hex(adapter_bytes) != *r.checkpoint.files["adapter_config.json"])
     fail(ErrorKind::kIntegrity, "config.json or adapter_config.json changed while pinning");
+  if (malformed_head) std::rethrow_exception(malformed_head);
+  if (sha256_hex(head_bytes) != *r.checkpoint.files["head.pt"])
+    fail(ErrorKind::kIntegrity, "{} changed while pinning", head_path);
   BaseTextConfig config = parse_base_text_config(config_bytes, o.base_dir + "/config.json");
   LoraConfig lora = parse_lora_config(adapter_bytes, o.checkpoint_dir + "/adapter_config.json");
+  if (fields.lora && *fields.lora != lora.rank)
+    fail(ErrorKind::kBadInput,
+         "{} says \"lora\" {} but adapter_config.json has r {}; they are not from one checkpoint",
+         head_path, *fields.lora, lora.rank);
   if (lora.rank != r.rank || lora.alpha != r.alpha)
     fail(ErrorKind::kBadInput,
          "{}/adapter_config.json has r {} and lora_alpha {} but {} has {} and {}", o.checkpoint_dir,

@@ -11,6 +11,7 @@
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
 #include "kev/core/threads.h"
+#include "kev/formats/checkpoint_fields.h"
 #include "kev/formats/safetensors.h"
 
 namespace kev {
@@ -68,6 +69,11 @@ PointerHead::PointerHead(PointerHeadWeights weights, double temperature)
   scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p)));
 }
 
+void PointerHead::set_temperature(double temperature) {
+  check_temperature(temperature, "the temperature override");
+  temperature_ = temperature;
+}
+
 PointerHead PointerHead::from_safetensors(const std::string& path, double temperature) {
   check_temperature(temperature, path);
   SafetensorsFile file(path);
@@ -122,6 +128,8 @@ PointerHead PointerHead::load_bundle(const std::string& dir) {
   }
   if (!manifest.is_object())
     fail(ErrorKind::kBadInput, "{} must hold a JSON object", manifest_path);
+  // A bundle that says something this kev does not implement is refused, not run.
+  check_bundle_supported(manifest, manifest_path);
   auto t = manifest.find("temperature");
   if (t == manifest.end() || !t->is_number())
     fail(ErrorKind::kBadInput, "{}: \"temperature\" is missing or not a number", manifest_path);

@@ -297,6 +297,76 @@ KEV_AVX512 void kernel_avx512(const float* x, int64_t ldx, const uint16_t* w, in
     }
 }
 
+// ---- AVX-512, lane-major packed: the AVX2 path's packs, two 16-output groups per call ----
+// One zmm holds a step's 16 weights of a group, so 6 rows x 2 groups give 12 independent
+// accumulators (enough to keep two 512-bit FMA pipes busy) from 2 weight loads and 6 broadcasts
+// per step. Each accumulator element is one lane sum of one row and output, FMA'd in ascending
+// step exactly as lm_micro does: the same bits.
+KEV_AVX512 void lm_micro_avx512_x2(const float* a, const float* b0, const float* b1, int64_t depth,
+                                   float* c0, float* c1) {
+  __m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
+  __m512 q0 = p0, q1 = p0, q2 = p0, q3 = p0, q4 = p0, q5 = p0;
+  for (int64_t s = 0; s < depth; ++s, a += kLmMr, b0 += kLmNr, b1 += kLmNr) {
+    const __m512 w0 = _mm512_loadu_ps(b0), w1 = _mm512_loadu_ps(b1);
+    __m512 av = _mm512_set1_ps(a[0]);
+    p0 = _mm512_fmadd_ps(av, w0, p0);
+    q0 = _mm512_fmadd_ps(av, w1, q0);
+    av = _mm512_set1_ps(a[1]);
+    p1 = _mm512_fmadd_ps(av, w0, p1);
+    q1 = _mm512_fmadd_ps(av, w1, q1);
+    av = _mm512_set1_ps(a[2]);
+    p2 = _mm512_fmadd_ps(av, w0, p2);
+    q2 = _mm512_fmadd_ps(av, w1, q2);
+    av = _mm512_set1_ps(a[3]);
+    p3 = _mm512_fmadd_ps(av, w0, p3);
+    q3 = _mm512_fmadd_ps(av, w1, q3);
+    av = _mm512_set1_ps(a[4]);
+    p4 = _mm512_fmadd_ps(av, w0, p4);
+    q4 = _mm512_fmadd_ps(av, w1, q4);
+    av = _mm512_set1_ps(a[5]);
+    p5 = _mm512_fmadd_ps(av, w0, p5);
+    q5 = _mm512_fmadd_ps(av, w1, q5);
+  }
+  const __m512 out0[kLmMr] = {p0, p1, p2, p3, p4, p5}, out1[kLmMr] = {q0, q1, q2, q3, q4, q5};
+  for (int r = 0; r < kLmMr; ++r) {
+    _mm512_storeu_ps(c0 + r * kLmNr, out0[r]);
+    _mm512_storeu_ps(c1 + r * kLmNr, out1[r]);
+  }
+}
+
+// Four groups per call: 24 accumulators, 4 weight loads and 6 broadcasts per step.
+#define KEV_LM_ROW(r)                         \
+  av = _mm512_set1_ps(a[r]);                  \
+  c##r##0 = _mm512_fmadd_ps(av, w0, c##r##0); \
+  c##r##1 = _mm512_fmadd_ps(av, w1, c##r##1); \
+  c##r##2 = _mm512_fmadd_ps(av, w2, c##r##2); \
+  c##r##3 = _mm512_fmadd_ps(av, w3, c##r##3);
+KEV_AVX512 void lm_micro_avx512_x4(const float* a, const float* const* b, int64_t depth,
+                                   float* const* c) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
+         c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00,
+         c32 = c00, c33 = c00, c40 = c00, c41 = c00, c42 = c00, c43 = c00, c50 = c00, c51 = c00,
+         c52 = c00, c53 = c00;
+  const float *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
+  for (int64_t s = 0; s < depth; ++s, a += kLmMr) {
+    const int64_t o = s * kLmNr;
+    const __m512 w0 = _mm512_loadu_ps(b0 + o), w1 = _mm512_loadu_ps(b1 + o),
+                 w2 = _mm512_loadu_ps(b2 + o), w3 = _mm512_loadu_ps(b3 + o);
+    __m512 av;
+    KEV_LM_ROW(0)
+    KEV_LM_ROW(1)
+    KEV_LM_ROW(2)
+    KEV_LM_ROW(3)
+    KEV_LM_ROW(4)
+    KEV_LM_ROW(5)
+  }
+  const __m512 out[kLmMr][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
+                                {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
+  for (int g = 0; g < 4; ++g)
+    for (int r = 0; r < kLmMr; ++r) _mm512_storeu_ps(c[g] + r * kLmNr, out[r][g]);
+}
+#undef KEV_LM_ROW
+
 using Kernel = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t);
 
 // Tile tables indexed [mr-1][nr-1] so edge tiles run the same per-output arithmetic.
@@ -368,8 +438,9 @@ void run_range(const IsaPlan& plan, const float* x, int64_t rows, int64_t ldx, c
 constexpr int64_t kPackMinRows = 6, kPackMinCols = 64;
 
 // One thread's outputs [n0, n1) from the packed activations (tiles of 6 rows x K floats).
+// `wide`: the AVX-512 micro-kernel takes the groups two at a time (same bits).
 void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, float* y, int64_t ldy,
-                          int64_t n0, int64_t n1) {
+                          int64_t n0, int64_t n1, bool wide) {
   const int64_t k_total = w.cols;
   int64_t off[kLanes + 1] = {0};
   for (int l = 0; l < kLanes; ++l) off[l + 1] = off[l] + lane_depth(k_total, l);
@@ -394,11 +465,25 @@ void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, fl
     for (int64_t t0 = 0; t0 < tiles; t0 += kTilesPerBlock) {
       const int64_t t1 = std::min(tiles, t0 + kTilesPerBlock);
       for (int l = 0; l < kLanes; ++l)
-        for (int64_t t = t0; t < t1; ++t)
-          for (int64_t b = 0; b < groups; ++b)
-            lm_micro(xp + t * kLmMr * k_total + off[l] * kLmMr,
-                     wp.data() + b * kLmNr * k_total + off[l] * kLmNr, off[l + 1] - off[l],
-                     lanes.data() + (((t - t0) * kGroup + b) * kLanes + l) * kTileSums);
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* a = xp + t * kLmMr * k_total + off[l] * kLmMr;
+          const int64_t depth = off[l + 1] - off[l];
+          auto wl = [&](int64_t b) { return wp.data() + b * kLmNr * k_total + off[l] * kLmNr; };
+          auto sums = [&](int64_t b) {
+            return lanes.data() + (((t - t0) * kGroup + b) * kLanes + l) * kTileSums;
+          };
+          int64_t b = 0;
+          if (wide && groups == 4) {
+            const float* bs[4] = {wl(0), wl(1), wl(2), wl(3)};
+            float* cs[4] = {sums(0), sums(1), sums(2), sums(3)};
+            lm_micro_avx512_x4(a, bs, depth, cs);
+            b = 4;
+          }
+          if (wide)
+            for (; b + 2 <= groups; b += 2)
+              lm_micro_avx512_x2(a, wl(b), wl(b + 1), depth, sums(b), sums(b + 1));
+          for (; b < groups; ++b) lm_micro(a, wl(b), depth, sums(b));
+        }
       for (int64_t t = t0; t < t1; ++t) {
         const int mr = static_cast<int>(std::min<int64_t>(kLmMr, rows - t * kLmMr));
         for (int64_t b = 0; b < groups; ++b) {
@@ -431,7 +516,8 @@ void gemm_bf16_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Bf1
   int64_t per = (w.rows + chunks - 1) / chunks;
   per = std::max<int64_t>(plan.nr * 4, (per + plan.nr - 1) / plan.nr * plan.nr);
   int64_t count = (w.rows + per - 1) / per;
-  if (isa == Isa::kAvx2 && rows >= kPackMinRows && w.rows >= kPackMinCols) {
+  const bool packs = isa == Isa::kAvx2 || isa == Isa::kAvx512;
+  if (packs && rows >= kPackMinRows && w.rows >= kPackMinCols) {
     // Pack the activations of up to kLmRowChunk rows at a time (shared by all threads; bounds
     // the pack at 768 x K floats, 28 MB at K = 9216), then split outputs in multiples of 16.
     constexpr int64_t kLmRowChunk = 128 * kLmMr;
@@ -458,7 +544,8 @@ void gemm_bf16_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Bf1
           static_cast<size_t>(count_lm),
           [&](size_t c) {
             int64_t n0 = static_cast<int64_t>(c) * per_lm;
-            run_range_lane_major(xpd, rn, w, yc, ldy, n0, std::min(w.rows, n0 + per_lm));
+            run_range_lane_major(xpd, rn, w, yc, ldy, n0, std::min(w.rows, n0 + per_lm),
+                                 isa == Isa::kAvx512);
           },
           threads);
     }

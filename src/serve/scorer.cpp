@@ -40,6 +40,7 @@ Scorer::Scorer(const std::string& bundle_dir, ScorerOptions options)
       head_(PointerHead::load_bundle(bundle_dir)),
       cache_(std::make_unique<PrefixCache<PrefixState>>(
           PrefixCacheLimits{options.cache_entries, options.cache_tokens, options.cache_bytes})) {
+  if (options.temperature != 0) head_.set_temperature(options.temperature);
   const ModelConfig& c = model_->config();
   if (static_cast<int64_t>(head_.hidden()) != c.hidden)
     fail(ErrorKind::kBadInput,
@@ -261,6 +262,7 @@ void Scorer::finish(Pending& p, std::vector<RowResult> hidden,
   size_t at = 0;
   for (size_t q = 0; q < hidden.size(); ++q) {
     result.probabilities.emplace_back(probs.begin() + at, probs.begin() + at + counts[q]);
+    result.logits.emplace_back(logits.begin() + at, logits.begin() + at + counts[q]);
     at += counts[q];
   }
   double latency =

@@ -343,7 +343,7 @@ void write_head(const std::string& path, const SynthOptions& o) {
   root->emplace_back(str("head_dim"), num(s.pointer));
   root->emplace_back(str("option_isolation"), PyValue{false});
   root->emplace_back(str("special_embeddings"), PyValue{false});
-  root->emplace_back(str("weights_dtype"), str("fp32"));
+  root->emplace_back(str("weights_dtype"), str(s.weights_dtype));
   root->emplace_back(str("weights"), str("lora"));
   root->emplace_back(str("temperature"), PyValue{o.temperature});
   root->emplace_back(str("holdout"),
@@ -393,6 +393,7 @@ SynthShape synth_shape(std::string_view name) {
     s.linear_key_heads = 2, s.linear_value_heads = big ? 6 : 2, s.linear_key_dim = 8,
     s.linear_value_dim = 8;
     s.vocab = 0, s.pointer = 32;
+    if (big) s.weights_dtype = "bf16";
   } else if (name == "0.8b") {
     s.hidden = 1024, s.intermediate = 3584, s.layers = 24, s.heads = 8, s.kv_heads = 2,
     s.head_dim = 256;

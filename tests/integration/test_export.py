@@ -312,7 +312,10 @@ def test_copied_files_head_and_manifest(synth):
         m = json.load(f)
     assert set(m) == {"format", "model", "base", "checkpoint", "reference", "inputs", "outputs",
                       "merged_targets", "lora", "dtypes", "dimensions", "temperature", "delimiters",
-                      "producer"}
+                      "producer", "checkpoint_fields"}
+    assert m["checkpoint_fields"] == {k: head_pt[k] for k in (
+        "option_isolation", "special_embeddings", "weights", "weights_dtype")} | {
+        "multimodal": False, "quantization": None, "trainable_token_indices": None}
     assert m["format"] == "kev-4b-merged/1" and m["model"] == "kev-4b"
     assert m["base"] == {"repo": "Qwen/Qwen3.5-4B-Base", "revision": "1001bb4d826a52d1f399e183466143f4da7b741b"}
     assert m["checkpoint"]["revision"] == "139fdd94f1b6a6ad80cc15e08fcb99cac885a101"
@@ -579,6 +582,171 @@ def test_unsupported_adapter_config_refused(synth, tmp_path, key, value, needle)
     def mod(b, c):
         rewrite_json(os.path.join(c, "adapter_config.json"), lambda j: j.__setitem__(key, value))
     refuse(synth, tmp_path, mod, needle, "adapter_config.json", code=5)
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("trainable_token_indices", [248060, 248061, 248049], "[248060,248061,248049]"),
+    ("trainable_token_indices", {"embed_tokens": [248060]}, "trainable_token_indices"),
+    ("lora_bias", True, "lora_bias"),
+    ("exclude_modules", ["out_proj"], "exclude_modules"),
+    ("target_parameters", ["mlp.experts.gate_up_proj"], "target_parameters"),
+    ("layers_to_transform", [0, 1], "layers_to_transform"),
+    ("layer_replication", [[0, 16], [8, 32]], "layer_replication"),
+    ("rank_pattern", {"q_proj": 8}, "rank_pattern"),
+    ("alpha_pattern", {"q_proj": 64}, "alpha_pattern"),
+    ("alora_invocation_tokens", [1, 2], "alora_invocation_tokens"),
+    ("use_qalora", True, "QALoRA"),
+    ("init_lora_weights", "pissa", "PiSSA"),
+    ("init_lora_weights", "olora", "modified base"),
+    ("peft_type", "LOHA", "peft_type"),
+    ("use_future_feature", True, "use_future_feature"),
+    ("future_block", {"k": 1}, "future_block"),
+])
+def test_more_unsupported_adapter_config_refused(synth, tmp_path, key, value, needle):
+    """PEFT settings that change what the adapter does at inference, and keys kev does not know
+    at a value other than "off": refused by name (exit 5), nothing written."""
+    def mod(b, c):
+        rewrite_json(os.path.join(c, "adapter_config.json"), lambda j: j.__setitem__(key, value))
+    err = refuse(synth, tmp_path, mod, needle, "adapter_config.json", f'"{key}"', code=5)
+    assert err.count("\n") == 1, err
+
+
+def test_adapter_config_keys_at_their_off_value_and_provenance_accepted(synth, tmp_path):
+    """What a newer PEFT writes for a plain LoRA (new features left off, its version) exports
+    to the same bytes as the default checkpoint."""
+    def mod(b, c):
+        def f(j):
+            j.update({"trainable_token_indices": None, "lora_bias": False, "exclude_modules": None,
+                      "target_parameters": None, "layer_replication": None, "megatron_config": None,
+                      "use_future_feature": False, "future_list": [], "future_map": {},
+                      "peft_version": "0.21.0", "init_lora_weights": "gaussian", "eva_config": None})
+        rewrite_json(os.path.join(c, "adapter_config.json"), f)
+    recipe, base, ckpt, out = variant(synth, tmp_path, mod)
+    export(recipe, base, ckpt, out, check=True)
+    assert_same_outputs(synth["out"], out)
+
+
+# ---------------------------------------------------------------- head.pt's inference fields
+
+def assert_same_outputs(want_bundle, got_bundle):
+    """Every bundle file but the manifest byte-identical (the manifest's digests checked too)."""
+    with open(os.path.join(want_bundle, "kev_export.json")) as f:
+        want = json.load(f)["outputs"]
+    with open(os.path.join(got_bundle, "kev_export.json")) as f:
+        got = json.load(f)["outputs"]
+    assert got == want
+    assert set(os.listdir(got_bundle)) == set(want) | {"kev_export.json"}
+    for name in want:
+        assert sha256(os.path.join(got_bundle, name)) == want[name], name
+
+
+# (key, value set in head.pt, how the refusal shows the value)
+HEAD_FIELD_REFUSALS = [
+    ("option_isolation", True, "True"),
+    ("option_isolation", 1, "1"),
+    ("option_isolation", None, "None"),
+    ("special_embeddings", True, "True"),
+    ("weights", "full", '"full"'),
+    ("weights_dtype", "int4", '"int4"'),
+    ("weights_dtype", "fp16", '"fp16"'),
+    ("multimodal", True, "True"),
+    ("quantization", {"method": "awq", "bits": 4, "group_size": 128},
+     '{"method": "awq", "bits": 4, "group_size": 128}'),
+    ("quantization", {}, "{}"),
+    ("quantization", {f"layer{i}": 4 for i in range(20)}, "a dict"),
+    ("rope_scaling", {"type": "yarn", "factor": 4.0}, '{"type": "yarn", "factor": 4.0}'),
+    ("pooling", "mean", '"mean"'),
+]
+
+
+@pytest.mark.parametrize("key,value,shown", HEAD_FIELD_REFUSALS)
+def test_unsupported_head_field_refused(synth, tmp_path, key, value, shown):
+    """Each inference field kev does not implement, and a key it does not know: exit 5, one
+    sentence naming head.pt, the key, its value and what kev supports; nothing at --out and no
+    staging directory."""
+    def mod(b, c):
+        rewrite_head(c, lambda d: d.__setitem__(key, value))
+    err = refuse(synth, tmp_path, mod, "head.pt", f'"{key}" ', shown, code=5)
+    assert err.startswith("kev export: ") and err.count("\n") == 1, err
+    assert ("supports only" in err) if key in {k for k, _, _ in HEAD_FIELD_REFUSALS[:-2]} else (
+        "provenance: args, holdout" in err)
+
+
+def test_special_embeddings_checkpoint_refused_by_its_field(synth, tmp_path):
+    """A trained-delimiter checkpoint as upstream writes it: special_embeddings in head.pt,
+    trainable_token_indices in the adapter config and the token rows in the adapter file. The
+    refusal names the field, not the extra tensor a later check would see."""
+    def mod(b, c):
+        rewrite_head(c, lambda d: d.__setitem__("special_embeddings", True))
+        rewrite_json(os.path.join(c, "adapter_config.json"),
+                     lambda j: j.__setitem__("trainable_token_indices", [248060, 248061, 248049, 248050, 248062]))
+        def f(t):
+            t["base_model.model.embed_tokens.token_adapter.trainable_tokens_delta"] = torch.zeros(5, 64)
+            return t
+        rewrite_adapter(c, f)
+    err = refuse(synth, tmp_path, mod, "head.pt", '"special_embeddings" is True', code=5)
+    assert "token_adapter" not in err
+
+
+@pytest.mark.parametrize("value,needle", [(16, "head_dim is 16"), ("32", "head_dim is a str")])
+def test_head_dim_other_than_pointer_refused(synth, tmp_path, value, needle):
+    def mod(b, c):
+        rewrite_head(c, lambda d: d.__setitem__("head_dim", value))
+    refuse(synth, tmp_path, mod, "head.pt", needle, code=2)
+
+
+def test_lora_field_other_than_adapter_rank_refused(synth, tmp_path):
+    def mod(b, c):
+        rewrite_head(c, lambda d: d.__setitem__("lora", 8))
+    refuse(synth, tmp_path, mod, "head.pt", '"lora" 8', "r 16", code=2)
+
+
+def test_defaults_absent_and_provenance_keys_accepted(synth, tmp_path):
+    """Fields left out take upstream's defaults; provenance keys (any content) are accepted; the
+    bundle files are byte-identical to the default checkpoint's and the manifest records the
+    defaults."""
+    def mod(b, c):
+        def f(d):
+            for k in ("option_isolation", "special_embeddings", "weights", "weights_dtype",
+                      "holdout", "suite_sha256", "lora", "base_revision"):
+                del d[k]
+            d["snapshot"] = {"step": 120, "steps": 400, "epoch": 0.3}
+            d["init_source"] = None
+            d["temperature_fit"] = {"rows": "dev.jsonl", "n": 24, "value": d["temperature"]}
+            d["multimodal"] = False
+            d["quantization"] = None
+        rewrite_head(c, f)
+    recipe, base, ckpt, out = variant(synth, tmp_path, mod)
+    export(recipe, base, ckpt, out, check=True)
+    assert_same_outputs(synth["out"], out)
+    with open(os.path.join(out, "kev_export.json")) as f:
+        assert json.load(f)["checkpoint_fields"] == {
+            "option_isolation": False, "special_embeddings": False, "weights": "lora",
+            "weights_dtype": "fp32", "multimodal": False, "quantization": None,
+            "trainable_token_indices": None}
+
+
+def test_bf16_weights_dtype_is_merged_as_upstream_serves_it(synth, tmp_path):
+    """weights_dtype "bf16" (Kev-27B: a backbone trained in bf16). Upstream's serving path loads
+    the base in bf16 and folds the fp32 adapter in place (PEFT merge: W += (B @ A) * scale on the
+    bf16 weight). In torch that in-place add is one rounding of f32(W) + delta: bit for bit the
+    fp32 path's merge-then-cast, for the same product. So the bundle's files are the fp32
+    checkpoint's, byte for byte (whose merge test_merged_targets_* check against the contract
+    and torch), and the manifest records "bf16"."""
+    for name, W, B, A, got, scale in merge_inputs(synth):
+        delta = (B.float() @ A.float()) * scale
+        in_place = W.clone()
+        in_place += delta  # the bf16 model's merge
+        cast = (W.float() + delta).to(torch.bfloat16)  # the fp32 model's merge, then the cast
+        assert torch.equal(in_place.view(torch.int16), cast.view(torch.int16)), name
+    def mod(b, c):
+        rewrite_head(c, lambda d: d.__setitem__("weights_dtype", "bf16"))
+    recipe, base, ckpt, out = variant(synth, tmp_path, mod)
+    export(recipe, base, ckpt, out, check=True)
+    assert_same_outputs(synth["out"], out)
+    with open(os.path.join(out, "kev_export.json")) as f:
+        assert json.load(f)["checkpoint_fields"]["weights_dtype"] == "bf16"
+    kevtest.run_kev("verify", out)
 
 
 @pytest.mark.parametrize("key,value", [("r", 8), ("lora_alpha", 16)])

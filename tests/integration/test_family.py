@@ -17,6 +17,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.join(os.environ.get("KEV_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..")), "tests", "pylib"))
 import kevtest  # noqa: E402
@@ -134,6 +135,11 @@ def round_trip(tmp, model, shape):
     want = derive(tc, modules)
     manifest = load(bundle / "kev_export.json")
     assert manifest["model"] == model
+    # Kev-27B was trained on a bf16 backbone (head.pt weights_dtype "bf16"), the others in fp32;
+    # the manifest records what head.pt says.
+    head = torch.load(synth / "checkpoint" / "head.pt")
+    assert head["weights_dtype"] == ("bf16" if model == "kev-27b" else "fp32")
+    assert manifest["checkpoint_fields"]["weights_dtype"] == head["weights_dtype"]
     assert manifest["merged_targets"] == sorted(f"model.language_model.{s}.weight" for s, _, _ in want)
     r = load(recipe)
     assert r["lora"]["targets"] == len(want) == MEMBERS[model]["targets"]

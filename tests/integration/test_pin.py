@@ -9,6 +9,7 @@ import shutil
 import sys
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.join(os.environ.get("KEV_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..")), "tests", "pylib"))
 import kevtest  # noqa: E402
@@ -85,7 +86,7 @@ def test_cache_snapshot_cross_checked(synth, tmp_path):
         assert digest == sha256(synth / "checkpoint" / name)
 
 
-@pytest.mark.parametrize("victim", ["adapter_model.safetensors", "adapter_config.json"])
+@pytest.mark.parametrize("victim", ["adapter_model.safetensors", "adapter_config.json", "head.pt"])
 def test_corrupt_cache_blob_refused(synth, tmp_path, victim):
     base = make_cache(synth / "base", tmp_path / "hub", "Qwen/Qwen3.5-4B-Base", REV_BASE)
     ckpt = make_cache(synth / "checkpoint", tmp_path / "hub", "jaredpalmer/kev-4b", REV_CKPT)
@@ -101,6 +102,22 @@ def test_corrupt_cache_blob_refused(synth, tmp_path, victim):
     assert not [p for p in os.listdir(tmp_path) if "kev-pin" in p]
 
 
+def test_corrupt_head_pt_blob_is_reported_as_corrupt_download(synth, tmp_path):
+    """head.pt is read before hashing (for its fields); one whose zip structure is damaged is
+    still reported by the cache cross-check (exit 3), not as a parse error."""
+    base = make_cache(synth / "base", tmp_path / "hub", "Qwen/Qwen3.5-4B-Base", REV_BASE)
+    ckpt = make_cache(synth / "checkpoint", tmp_path / "hub", "jaredpalmer/kev-4b", REV_CKPT)
+    blob = os.path.realpath(ckpt / "head.pt")
+    data = bytearray(open(blob, "rb").read())
+    data[0:4] = b"JUNK"
+    with open(blob, "wb") as f:
+        f.write(data)
+    out = tmp_path / "r.json"
+    proc = kevtest.run_kev("pin", "--base", base, "--checkpoint", ckpt, "--out", out, check=False)
+    assert proc.returncode == 3 and "head.pt" in proc.stderr and "corrupt" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
 def test_write_failure_leaves_no_file(synth, tmp_path):
     """A recipe write that fails (a full disk, injected) leaves neither the recipe nor the
     temporary file behind."""
@@ -109,3 +126,65 @@ def test_write_failure_leaves_no_file(synth, tmp_path):
                            "--out", out, check=False, env={"KEV_FAULT_WRITE_AFTER_BYTES": "10"})
     assert proc.returncode == 4 and "No space left" in proc.stderr, proc.stderr
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
+
+
+def set_head_field(path, key, value):
+    d = torch.load(path)
+    d[key] = value
+    os.remove(path)
+    torch.save(d, path)
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("option_isolation", True, '"option_isolation" is True'),
+    ("special_embeddings", True, '"special_embeddings" is True'),
+    ("weights", "full", '"weights" is "full"'),
+    ("weights_dtype", "int4", '"weights_dtype" is "int4"'),
+    ("multimodal", True, '"multimodal" is True'),
+    ("quantization", {"bits": 4}, '"quantization" is {"bits": 4}'),
+    ("head_norm", "layer", 'key "head_norm" ("layer")'),
+    ("trainable_token_indices", [248060], '"trainable_token_indices" is [248060]'),
+])
+def test_unsupported_checkpoint_field_refused(synth, tmp_path, key, value, needle):
+    """kev pin writes a recipe only for a checkpoint kev export can run: a head.pt field (or an
+    adapter setting) kev does not implement is refused with exit 5 and one sentence naming it;
+    no recipe and no temporary file are left."""
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(synth / "checkpoint", ckpt)
+    if key == "trainable_token_indices":
+        with open(ckpt / "adapter_config.json") as f:
+            j = json.load(f)
+        j[key] = value
+        with open(ckpt / "adapter_config.json", "w") as f:
+            json.dump(j, f)
+    else:
+        set_head_field(ckpt / "head.pt", key, value)
+    out = tmp_path / "r.json"
+    proc = kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", ckpt, "--out", out, check=False)
+    assert proc.returncode == 5, proc.stderr
+    assert needle in proc.stderr and proc.stderr.startswith("kev pin: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if "kev-pin" in p]
+
+
+def test_full_weight_checkpoint_refused_by_its_field(synth, tmp_path):
+    """A fully fine-tuned checkpoint has no adapter: the refusal names head.pt's "weights", not
+    a missing adapter file."""
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(synth / "checkpoint", ckpt)
+    os.remove(ckpt / "adapter_config.json")
+    os.remove(ckpt / "adapter_model.safetensors")
+    set_head_field(ckpt / "head.pt", "weights", "full")
+    out = tmp_path / "r.json"
+    proc = kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", ckpt, "--out", out, check=False)
+    assert proc.returncode == 5 and '"weights" is "full"' in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_bf16_weights_dtype_pinned(synth, tmp_path):
+    ckpt = tmp_path / "checkpoint"
+    shutil.copytree(synth / "checkpoint", ckpt)
+    set_head_field(ckpt / "head.pt", "weights_dtype", "bf16")
+    out = tmp_path / "r.json"
+    kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", ckpt, "--out", out)
+    assert json.loads(out.read_text())["checkpoint"]["files"]["head.pt"] == sha256(ckpt / "head.pt")

@@ -138,3 +138,76 @@ def test_bad_bundle_is_refused(tmp_path):
     proc = run_kev("score", "--bundle", tmp_path / "missing", input="{}", check=False)
     assert proc.returncode != 0
     assert "missing" in proc.stderr
+
+
+# ---------------------------------------------------------------- bundles kev does not implement
+
+def edited_bundle(bundle, tmp_path, edit):
+    """A copy of `bundle` (symlinks) whose manifest is edited as a newer kev might write it. The
+    manifest is not among its own "outputs", so no digest changes."""
+    d = tmp_path / "edited"
+    d.mkdir()
+    for name in os.listdir(bundle):
+        if name != "kev_export.json":
+            os.symlink(os.path.join(bundle, name), d / name)
+    with open(os.path.join(bundle, "kev_export.json")) as f:
+        m = json.load(f)
+    edit(m)
+    with open(d / "kev_export.json", "w") as f:
+        json.dump(m, f)
+    return d
+
+
+def set_field(key, value):
+    return lambda m: m["checkpoint_fields"].__setitem__(key, value)
+
+
+NEWER = [
+    (set_field("option_isolation", True), "checkpoint_fields.option_isolation is true"),
+    (set_field("special_embeddings", True), "checkpoint_fields.special_embeddings is true"),
+    (set_field("weights", "full"), 'checkpoint_fields.weights is "full"'),
+    (set_field("weights_dtype", "int4"), 'checkpoint_fields.weights_dtype is "int4"'),
+    (set_field("multimodal", True), "checkpoint_fields.multimodal is true"),
+    (set_field("quantization", {"bits": 4}), 'checkpoint_fields.quantization is {"bits":4}'),
+    (set_field("trainable_token_indices", [248060]), "checkpoint_fields.trainable_token_indices is [248060]"),
+    (set_field("attention_sinks", 4), "checkpoint_fields.attention_sinks (4)"),
+    (lambda m: m.__setitem__("rope_scaling", {"factor": 2}), 'key "rope_scaling"'),
+    (lambda m: m["dtypes"].__setitem__("weights", "I8"), 'dtypes.weights is "I8"'),
+    (lambda m: m["dtypes"].__setitem__("activations", "BF16"), "dtypes.activations"),
+    (lambda m: m.__setitem__("format", "kev-4b-merged/2"), '"format" is "kev-4b-merged/2"'),
+]
+ONE_REQUEST = json.dumps({"state": STATE, "questions": {"upsell": QUESTIONS["upsell"]}})
+
+
+@pytest.mark.parametrize("edit,needle", NEWER, ids=[f"newer{i}" for i in range(len(NEWER))])
+def test_bundle_from_a_newer_kev_refused_by_score(bundle, tmp_path, edit, needle):
+    d = edited_bundle(bundle, tmp_path, edit)
+    proc = run_kev("score", "--bundle", d, input=ONE_REQUEST, check=False)
+    assert proc.returncode == 5 and proc.stdout == "", proc.stderr
+    assert proc.stderr.startswith("kev score: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert needle in proc.stderr and "kev_export.json" in proc.stderr, proc.stderr
+
+
+def test_bundle_from_a_newer_kev_refused_by_serve_and_head(bundle, tmp_path):
+    d = edited_bundle(bundle, tmp_path, set_field("option_isolation", True))
+    proc = run_kev("serve", "--bundle", d, "--port", 0, check=False, timeout=120)
+    assert proc.returncode == 5 and proc.stdout == "", proc.stderr
+    assert "checkpoint_fields.option_isolation is true" in proc.stderr, proc.stderr
+    with open(os.path.join(bundle, "config.json")) as f:
+        hidden = json.load(f)["text_config"]["hidden_size"]
+    request = json.dumps({"questions": [{"decide": [0.5] * hidden, "options": [[0.25] * hidden] * 2}]})
+    proc = run_kev("head", "--bundle", d, input=request, check=False)
+    assert proc.returncode == 5 and "checkpoint_fields.option_isolation is true" in proc.stderr, proc.stderr
+
+
+def test_default_and_older_manifests_still_score_the_same(bundle, tmp_path):
+    """A manifest with the supported values (bf16 included), or none of the new keys (an older
+    kev's bundle), scores exactly as the bundle itself."""
+    want = run_kev("score", "--bundle", bundle, input=ONE_REQUEST).stdout
+    for i, edit in enumerate([set_field("weights_dtype", "bf16"),
+                              lambda m: m.pop("checkpoint_fields")]):
+        sub = tmp_path / str(i)
+        sub.mkdir()
+        d = edited_bundle(bundle, sub, edit)
+        got = run_kev("score", "--bundle", d, input=ONE_REQUEST).stdout
+        assert json.loads(got)["answers"] == json.loads(want)["answers"]

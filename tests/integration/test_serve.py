@@ -94,7 +94,7 @@ def test_health_and_models(server, model_name):
     assert server.score(REQUESTS[1])[0] == 200
     status, hdrs, health = server.request("GET", "/health")
     assert status == 200 and hdrs["content-type"].startswith("application/json")
-    assert list(health) == ["status", "ready", "model", "inflight", "queued", "cache", "batches"]
+    assert list(health) == ["status", "ready", "model", "inflight", "queued", "temperature", "cache", "batches"]
     assert health["status"] == "ok" and health["ready"] is True and health["model"] == model_name
     assert health["inflight"] == 0 and health["queued"] == 0
     cache = health["cache"]

@@ -6,7 +6,9 @@ emulated AVX-512 kernels (the real kernels' code run on a plain C++ model of eac
   (gemm_int8.h: every int8 kernel gives the same bits);
 - bf16: the vdpbf16ps kernel (its own summation order) against the float64 torch reference,
   within test_precision.py's bf16 budget, and bitwise batch- and thread-independent;
-- KEV_ISA=avx2 still forces the AVX2 paths (`kev cpu`).
+- KEV_ISA=avx2 still forces the AVX2 paths (`kev cpu`);
+- where the CPU runs AVX512-BF16 / AVX512-VNNI natively, the native kernels give exactly the
+  emulation's bytes (so the emulation that covers other CPUs models them faithfully).
 """
 import json
 import os
@@ -86,3 +88,23 @@ def test_bf16_emulated_within_budget_and_reproducible(model, tmp_path):
                     "--precision", "bf16", "--threads", "3", env=EMULATE)
     for i in range(len(rows)):
         assert torch.equal(three[f"row.{len(rows) - 1 - i}"], out[f"row.{i}"])
+
+
+def test_native_kernels_are_bitwise_their_emulation(model, tmp_path):
+    """Where the CPU runs the AVX-512 kernels natively, the emulation models them exactly: the same
+    bytes for bf16 (vdpbf16ps) and int8 (vpdpwssd). On other CPUs there is nothing native to hold
+    the emulation against, so the test skips there (test_dispatch still runs)."""
+    native = cpu({"KEV_ISA": "", "KEV_GEMM_ISA": ""})["kernels"]
+    modes = [m for m, k, name in (("bf16", "gemm_bf16_dot", "avx512bf16"), ("int8", "gemm_int8_kernel", "avx512vnni"))
+             if native[k] == name]
+    if not modes:
+        pytest.skip("this CPU has neither AVX512-BF16 nor AVX512-VNNI")
+    path, _ = model
+    prefix, rows = ids(33, 9), [ids(41, 10), ids(5, 11), ids(1, 12)]
+    payload = {"prefix": prefix, "rows": [{"ids": r} for r in rows]}
+    plain_env = {"KEV_ISA": "", "KEV_GEMM_ISA": ""}
+    for mode in modes:
+        got = forward(path, tmp_path, payload, "--precision", mode, env=plain_env)
+        emulated = forward(path, tmp_path, payload, "--precision", mode, env=EMULATE)
+        for i in range(len(rows)):
+            assert torch.equal(got[f"row.{i}"], emulated[f"row.{i}"]), (mode, i)

@@ -5,7 +5,7 @@
 // to BF16), model.safetensors.index.json, head.safetensors (F32 q.weight [p,d], q.bias [p],
 // k.weight [p,d], k.bias [p]) and kev_export.json, the manifest, written last. The calibration
 // temperature lives in the manifest under "temperature"; the delimiter token ids under
-// "delimiters".
+// "delimiters"; head.pt's inference fields under "checkpoint_fields" (formats/checkpoint_fields.h).
 //
 // extract_head validates the head.pt dict (Error kBadInput naming the key at fault).
 // verify_bundle re-hashes every output named by the manifest and refuses (Error kIntegrity,
@@ -16,11 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "kev/formats/checkpoint_fields.h"
 #include "kev/formats/torch_checkpoint.h"
 
 namespace kev {
 
-inline constexpr const char* kBundleFormat = "kev-4b-merged/1";
+inline constexpr const char* kBundleFormat = kBundleFormatTag;
 inline constexpr const char* kManifestFile = "kev_export.json";
 inline constexpr const char* kHeadFile = "head.safetensors";
 inline constexpr const char* kIndexFile = "model.safetensors.index.json";

@@ -1,8 +1,9 @@
 // `kev export`: recipe + base + checkpoint -> a published, hash-manifested bundle.
 //
 // Order: (1) parse the recipe and refuse unpinned files; (2) hash every pinned input before
-// parsing any of them; (3) parse configs, the base index and shard headers, the adapter and
-// head.pt and validate the whole LoRA inventory; only then (4) create a staging directory beside
+// parsing any of them; (3) parse head.pt's inference fields (refusing any kev does not implement,
+// formats/checkpoint_fields.h), configs, the base index and shard headers, the adapter and the
+// head and validate the whole LoRA inventory; only then (4) create a staging directory beside
 // `out`, stream every shard tensor by tensor (targets merged on all cores, everything else
 // copied byte for byte, output hashed while written), write head, index, copies and the
 // manifest last, fsync and rename into place. Any error or SIGINT/SIGTERM removes the staging

@@ -8,6 +8,10 @@
 // their git blob SHA-1. A mismatch is refused (Error kIntegrity) and nothing is written. The
 // recipe file is written atomically and an existing one is never overwritten.
 //
+// Before hashing, head.pt's inference fields are read and anything kev does not implement is
+// refused (Error kUnsupported, formats/checkpoint_fields.h), as are adapter_config.json settings
+// (export/configs.h); a recipe is only written for a checkpoint `kev export` can run.
+//
 // A revision the built-in recipe leaves null (not confirmed) comes from the snapshot path or
 // --base-revision / --checkpoint-revision; without either, pin refuses. Before writing, the
 // pinned config.json and adapter_config.json must define the member's LoRA inventory

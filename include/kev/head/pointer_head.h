@@ -1,4 +1,4 @@
-// The FP32 pointer head and its calibration (REFERENCE.md section 5).
+// The FP32 pointer head and its calibration (docs/reference.md section 5).
 //
 // Contract. For one question with decide state h_d and option states h_1..h_K (K = 1..255,
 // each a d-float vector), the head returns K raw logits in the caller's option order:
@@ -81,12 +81,18 @@ class PointerHead {
   // head.safetensors (exactly q.weight, q.bias, k.weight, k.bias, F32) + temperature.
   static PointerHead from_safetensors(const std::string& path, double temperature);
   // An export bundle: <dir>/head.safetensors and "temperature" from <dir>/kev_export.json
-  // (its "dimensions" and "outputs"["head.safetensors"] hash are checked when present).
+  // (its "dimensions" and "outputs"["head.safetensors"] hash are checked when present). A
+  // manifest that says anything this kev does not implement is refused first (Error
+  // kUnsupported, check_bundle_supported in formats/checkpoint_fields.h): kev score, kev serve
+  // and kev head never run a bundle from a newer kev.
   static PointerHead load_bundle(const std::string& dir);
 
   size_t hidden() const { return w_.hidden; }
   size_t pointer_dim() const { return w_.pointer_dim; }
   double temperature() const { return temperature_; }
+  // Replaces the calibration temperature (KEV_TEMPERATURE / --temperature); refused unless
+  // finite and > 0. Projections are unaffected.
+  void set_temperature(double temperature);
 
   // Raw logits of one question, on the calling thread; logits.size() must equal q.num_options.
   void project(const HeadQuestion& q, std::span<float> logits, HeadWorkspace& ws,

@@ -1,5 +1,5 @@
-// HttpServer: the System1-Omni-compatible HTTP API over one Scorer (REFERENCE.md section 8), on
-// Boost.Beast/Asio (HTTP/1.1 parsing by Beast; framing policy, limits and lifecycle here).
+// HttpServer: the System1-Omni-compatible HTTP API over one Scorer (docs/reference.md section 8),
+// on Boost.Beast/Asio (HTTP/1.1 parsing by Beast; framing policy, limits and lifecycle here).
 //
 //   POST /v1/systemone           request JSON -> the Scorer's response JSON (application/json);
 //                                any "model" string is accepted and echoed (upstream)
@@ -124,9 +124,10 @@ class HttpServer {
   // caller, even when nobody reads stderr (the request log uses the same queue).
   void log_line(std::string line);
 
- private:
-  friend class Connection;
+  // The state the server's parts share (src/serve/server_state.h); not for callers.
   struct Impl;
+
+ private:
   std::shared_ptr<Impl> impl_;
 };
 

@@ -62,6 +62,7 @@ struct ScorerOptions {
   size_t checkpoint_tokens = 512;  // checkpoint spacing inside states (0: ends of states only)
   bool exact_only = false;  // reuse only a state seen whole before, save only ends (as before)
   int decimals = 4;         // answer rounding (negative: unrounded)
+  double temperature = 0;   // > 0: replaces the bundle's calibration temperature
   ForwardOptions forward;
 };
 
@@ -77,6 +78,7 @@ struct ScoreResult {
   OrderedJson response;  // {"model","answers","usage","latency_ms"}
   ScoreUsage usage;
   std::vector<std::vector<double>> probabilities;  // per question, option order (unrounded)
+  std::vector<std::vector<float>> logits;          // per question: raw pointer logits (before T)
 };
 
 // One request of a score_batch() call; the request must outlive the call.

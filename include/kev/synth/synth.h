@@ -24,6 +24,9 @@ struct SynthShape {
   int64_t linear_key_heads = 0, linear_value_heads = 0, linear_key_dim = 0, linear_value_dim = 0;
   int64_t vocab = 0;  // 0: the tokenizer's size rounded up to a multiple of 64 (tiny)
   int64_t pointer = 0, rank = 16, alpha = 32;
+  // head.pt's weights_dtype: "bf16" for tiny-27b (Kev-27B was trained on a bf16 backbone),
+  // "fp32" for the others, as the released checkpoints say.
+  std::string weights_dtype = "fp32";
 };
 
 // The registered shapes; throws Error(kBadInput) for an unknown name.

@@ -1,4 +1,4 @@
-// The System1-Omni / Kev request and answer mapping (REFERENCE.md section 8).
+// The System1-Omni / Kev request and answer mapping (docs/reference.md section 8).
 //
 // Contract:
 // - parse_request(json text): Error(kBadInput) for malformed JSON or invalid semantics (the
@@ -28,10 +28,9 @@
 #include <vector>
 
 #include "kev/text/encoding.h"
+#include "kev/text/json_strict.h"
 
 namespace kev {
-
-using OrderedJson = nlohmann::ordered_json;
 
 enum class QuestionType { kChoice, kNoul, kScore };
 
@@ -50,19 +49,6 @@ struct ApiRequest {
 };
 
 inline constexpr size_t kMaxOptions = 255;
-inline constexpr int kMaxJsonDepth = 64;  // default: request bodies nested deeper are refused
-inline constexpr int kMaxJsonDepthLimit = 1024;  // the most a server may allow (render recurses)
-
-// Bounds on one JSON value's containers (a server's defence; unlimited by default). Parsing
-// is linear in the text whatever they are.
-struct JsonLimits {
-  size_t max_object_keys = SIZE_MAX;     // keys of any one object
-  size_t max_array_elements = SIZE_MAX;  // elements of any one array
-  size_t max_depth = kMaxJsonDepth;      // nesting levels, 1..kMaxJsonDepthLimit
-};
-
-OrderedJson parse_json_strict(std::string_view text, std::string_view what,
-                              const JsonLimits& limits = {});
 ApiRequest parse_request(std::string_view json_text, const JsonLimits& limits = {});
 ApiRequest request_from_json(const OrderedJson& body);
 std::string render(const OrderedJson& value, int indent = 0);

@@ -330,6 +330,26 @@ TEST(Configs, RefusesNonPlainLora) {
   EXPECT_EQ(with("target_modules", "\"all-linear\""), ErrorKind::kUnsupported);
   EXPECT_EQ(with("peft_type", "\"IA3\""), ErrorKind::kUnsupported);
   EXPECT_EQ(with("r", "0"), ErrorKind::kBadInput);
+  EXPECT_EQ(with("trainable_token_indices", "[248060, 248061]"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("trainable_token_indices", "{\"embed_tokens\": [1]}"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("lora_bias", "true"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("exclude_modules", "[\"o_proj\"]"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("init_lora_weights", "\"pissa_niter_4\""), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("init_lora_weights", "\"loftq\""), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("a_future_setting", "2"), ErrorKind::kUnsupported);
+  EXPECT_EQ(with("a_future_setting", "\"on\""), ErrorKind::kUnsupported);
+  {  // settings left off, known provenance and training-only keys are accepted
+    nlohmann::json j = nlohmann::json::parse(kAdapterConfig);
+    for (const char* k : {"trainable_token_indices", "exclude_modules", "a_future_setting"})
+      j[k] = nullptr;
+    j["a_future_flag"] = false;
+    j["a_future_map"] = nlohmann::json::object();
+    j["peft_version"] = "0.21.0";
+    j["lora_dropout"] = 0.05;
+    j["init_lora_weights"] = "gaussian";
+    j["qalora_group_size"] = 16;
+    EXPECT_EQ(parse_lora_config(j.dump(), "a").rank, 16);
+  }
   {  // an empty modules_to_save is the same as none
     nlohmann::json j = nlohmann::json::parse(kAdapterConfig);
     j["modules_to_save"] = nlohmann::json::array();

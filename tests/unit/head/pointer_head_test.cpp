@@ -458,6 +458,41 @@ TEST(Loader, RefusesBadManifests) {
   with_manifest(
       R"({"temperature": 2, "outputs": {"head.safetensors": ")" + std::string(64, 'a') + "\"}}",
       "the bundle is damaged", ErrorKind::kIntegrity);
+  // What a newer kev's bundle might say: refused as unsupported, naming the key and value.
+  const ErrorKind kNo = ErrorKind::kUnsupported;
+  with_manifest(R"({"temperature": 2, "checkpoint_fields": {"option_isolation": true}})",
+                "checkpoint_fields.option_isolation is true", kNo);
+  with_manifest(R"({"temperature": 2, "checkpoint_fields": {"weights_dtype": "int4"}})",
+                "checkpoint_fields.weights_dtype is \"int4\"", kNo);
+  with_manifest(R"({"temperature": 2, "checkpoint_fields": {"quantization": {"bits": 4}}})",
+                "checkpoint_fields.quantization is {\"bits\":4}", kNo);
+  with_manifest(R"({"temperature": 2, "checkpoint_fields": {"option_isolation": 0}})",
+                "checkpoint_fields.option_isolation is 0", kNo);
+  with_manifest(R"({"temperature": 2, "checkpoint_fields": {"sinks": false}})",
+                "checkpoint_fields.sinks (false) is not a field", kNo);
+  with_manifest(R"({"temperature": 2, "rope_scaling": null})", "key \"rope_scaling\" (null)", kNo);
+  with_manifest(R"({"temperature": 2, "dtypes": {"weights": "F8_E4M3"}})",
+                "dtypes.weights is \"F8_E4M3\"", kNo);
+  with_manifest(R"({"temperature": 2, "format": "kev-4b-merged/2"})",
+                "\"format\" is \"kev-4b-merged/2\"", kNo);
+  with_manifest(R"({"temperature": 2, "checkpoint_fields": []})", "not an object");
+}
+
+TEST(Loader, AcceptsTheSupportedCheckpointFields) {
+  PointerHeadWeights w = random_weights(4, 6, 4);
+  for (const char* dtype : {"fp32", "bf16"}) {
+    TempDir dir;
+    write_tensors(dir.file("head.safetensors"), head_tensors(w));
+    write_file_synced(dir.file("kev_export.json"),
+                      std::string(R"({"temperature": 2, "format": "kev-4b-merged/1",
+                        "dtypes": {"weights": "BF16", "merged_targets": "BF16",
+                                   "merge_compute": "F32", "head": "F32"},
+                        "checkpoint_fields": {"option_isolation": false,
+                          "special_embeddings": false, "weights": "lora", "weights_dtype": ")") +
+                          dtype + R"(", "multimodal": false, "quantization": null,
+                          "trainable_token_indices": null}})");
+    EXPECT_EQ(PointerHead::load_bundle(dir.path()).temperature(), 2.0);
+  }
 }
 
 }  // namespace

@@ -94,10 +94,11 @@ std::vector<float> contract_order(const Problem& p) {
   return y;
 }
 
-// Prefill-sized batches (the AVX2 path packs activations and weights lane by lane and runs a
-// 6-row x 16-output tile once a batch has >= 6 rows and >= 64 outputs): rows and outputs not
-// multiples of the tile, K with a tail that is not a multiple of 16, K < 16 (lanes that get no
-// product), very long K, a 5-row batch (direct kernel) and a batch over several activation
+// Prefill-sized batches (the AVX2 and AVX-512 paths pack activations and weights lane by lane and
+// run 6-row x 16-output tiles once a batch has >= 6 rows and >= 64 outputs; AVX-512 takes groups
+// of 16 outputs four or two at a time: 560 outputs over 1-3 threads give 4, 3 and 1): rows and
+// outputs not multiples of the tile, K with a tail that is not a multiple of 16, K < 16 (lanes that
+// get no product), very long K, a 5-row batch (direct kernel) and a batch over several activation
 // packs (768 rows each). Every ISA, thread count, and a row alone (which takes the direct path)
 // must give the contract's bits.
 TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
@@ -108,6 +109,7 @@ TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
                          {33, 4099, 77},
                          {12, 5, 65},
                          {8, 9231, 96},
+                         {9, 300, 560},
                          {1543, 40, 70}}) {
     Problem p = make(m, k, n, static_cast<unsigned>(m * 7 + k));
     std::vector<float> want = contract_order(p);

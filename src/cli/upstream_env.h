@@ -1,0 +1,74 @@
+// Upstream's environment configuration (kev/serve.py), shared by `kev serve` and `kev score`
+// so that both read the same variables the same way: read when the matching flag is not given;
+// unset or empty means "not set"; anything malformed stops start-up (exit 2) with one sentence
+// naming the variable (a value is shown cut to 64 printable characters).
+//   KEV_TRUNCATE_STATES (0|1), KEV_DATE_FACTS (0|1), KEV_PREFIX_CACHE, KEV_PREFIX_MAX_TOKENS,
+//   KEV_PREFIX_MIN_TOKENS (whole numbers); `kev serve` also reads KEV_API_KEY[_FILE].
+#pragma once
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "kev/core/error.h"
+#include "kev/serve/scorer.h"
+
+namespace kev::cli {
+
+inline std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+inline std::string shown(const std::string& v) {
+  std::string out;
+  for (unsigned char c : v.substr(0, 64)) out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  return out;
+}
+
+inline std::optional<bool> env_bool(const char* name) {
+  auto v = env(name);
+  if (!v) return std::nullopt;
+  if (*v != "0" && *v != "1")
+    fail(ErrorKind::kBadInput, "{} must be 0 or 1, not \"{}\"", name, shown(*v));
+  return *v == "1";
+}
+
+inline std::optional<size_t> env_count(const char* name) {
+  auto v = env(name);
+  if (!v) return std::nullopt;
+  size_t n = 0;
+  auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (ec != std::errc() || end != v->data() + v->size() || n > (size_t{1} << 40))
+    fail(ErrorKind::kBadInput, "{} must be a whole number of at most 2^40, not \"{}\"", name,
+         shown(*v));
+  return n;
+}
+
+// The flags (add_scorer_flags and --date-facts) whose variables they override.
+struct EnvFlags {
+  CLI::Option *truncate, *date_facts, *cache_entries, *cache_tokens, *cache_min;
+};
+
+inline EnvFlags env_flags(CLI::App& app, CLI::Option* date_facts) {
+  return {app.get_option_no_throw("--truncate"), date_facts,
+          app.get_option_no_throw("--cache-entries"), app.get_option_no_throw("--cache-tokens"),
+          app.get_option_no_throw("--cache-min-tokens")};
+}
+
+// After parsing: each variable whose flag was not given sets its option.
+inline void apply_upstream_env(const EnvFlags& f, ScorerOptions& scorer, bool& date_facts) {
+  auto unset = [](CLI::Option* o) { return !o || o->count() == 0; };
+  if (auto v = env_bool("KEV_TRUNCATE_STATES"); v && unset(f.truncate)) scorer.limits.truncate = *v;
+  if (auto v = env_bool("KEV_DATE_FACTS"); v && unset(f.date_facts)) date_facts = *v;
+  if (auto v = env_count("KEV_PREFIX_CACHE"); v && unset(f.cache_entries))
+    scorer.cache_entries = *v;
+  if (auto v = env_count("KEV_PREFIX_MAX_TOKENS"); v && unset(f.cache_tokens))
+    scorer.cache_tokens = *v;
+  if (auto v = env_count("KEV_PREFIX_MIN_TOKENS"); v && unset(f.cache_min))
+    scorer.cache_min_tokens = *v;
+}
+
+}  // namespace kev::cli

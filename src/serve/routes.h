@@ -1,0 +1,45 @@
+// Routes: the one table of what the server answers, one handler per route, and the checks made
+// before routing (Starlette's CORS preflight, bearer auth). Endpoints and statuses are
+// documented in src/serve/openapi.json and docs/api.md; a new endpoint is one line here.
+//
+// A route either answers on the I/O thread (`answer`: health, metrics, models, the OpenAPI
+// document; cheap, never blocking) or is scored (`answer` null: its body goes through
+// Admission to the ScoringService as `endpoint`). Handlers read the server's state
+// (server_state.h) and must run on the I/O thread (/metrics reads the connection count).
+#pragma once
+#include <boost/beast/http.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "serve/reply.h"
+#include "serve/scoring_service.h"
+
+namespace kev {
+
+using Request = boost::beast::http::request<boost::beast::http::string_body>;
+
+struct Route {
+  const char* path;
+  boost::beast::http::verb method;  // GET routes also answer HEAD (without the body)
+  bool needs_model;                 // 503 "still loading" until the scorer is ready
+  Reply (*answer)(const HttpServer::Impl& server);  // null: scored through admission
+  Endpoint endpoint;                                // what a scored route asks for
+};
+
+// Every route, in the order of their metric labels.
+std::span<const Route> routes();
+// The route whose path is exactly `path`, else null.
+const Route* find_route(std::string_view path);
+// The paths of routes(), for metric labels.
+std::vector<std::string> route_names();
+
+// Starlette's CORS preflight (allow_origins/methods/headers "*"): the answer to an OPTIONS with
+// Origin and Access-Control-Request-Method, on any path, before routing.
+Reply preflight(const Request& req);
+// "Authorization: Bearer <key>" exactly, as upstream's hmac.compare_digest: both sides hashed
+// to fixed-size digests, compared with no branch on their bytes.
+bool authorized(const HttpServer::Impl& server, const Request& req);
+
+}  // namespace kev

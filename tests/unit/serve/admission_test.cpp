@@ -1,0 +1,280 @@
+// Admission (kev/serve/admission.h) driven directly with a fake runner: FIFO order, batch
+// formation, tasks taken alone, the queue bound, deadline expiry while a worker is busy,
+// exceptions in the runner, and drain on stop().
+#include "kev/serve/admission.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kev {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct FakeTask : AdmissionTask {
+  explicit FakeTask(int i, bool a = false) : id(i) { alone = a; }
+  int id;
+};
+
+// A runner that records every batch (task ids, in order) and can hold the worker inside a batch
+// until released, so that the test decides what is queued when the worker next looks.
+class FakeRunner {
+ public:
+  Admission::Runner runner() {
+    return [this](const std::vector<std::shared_ptr<AdmissionTask>>& tasks) {
+      std::vector<int> ids;
+      for (const auto& t : tasks) ids.push_back(static_cast<const FakeTask&>(*t).id);
+      std::unique_lock lock(mutex_);
+      const size_t k = entered_++;
+      batches_.push_back(ids);
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return allowed_ > k; });
+      if (throw_next_) {
+        throw_next_ = false;
+        throw std::runtime_error("fake runner failure");
+      }
+      std::vector<std::function<void()>> then;
+      for (int id : ids)
+        then.push_back([this, id] {
+          std::lock_guard l(mutex_);
+          sent_.push_back(id);
+          cv_.notify_all();
+        });
+      return then;
+    };
+  }
+  // From now on each batch waits in the runner until released.
+  void hold() {
+    std::lock_guard lock(mutex_);
+    allowed_ = entered_;
+  }
+  // Lets the oldest held batch finish.
+  void release_one() {
+    std::lock_guard lock(mutex_);
+    ++allowed_;
+    cv_.notify_all();
+  }
+  // Lets every batch finish, now and later.
+  void release() {
+    std::lock_guard lock(mutex_);
+    allowed_ = std::numeric_limits<size_t>::max();
+    cv_.notify_all();
+  }
+  void throw_next() {
+    std::lock_guard lock(mutex_);
+    throw_next_ = true;
+  }
+  // Waits until `n` batches have entered the runner.
+  bool wait_entered(size_t n) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, 5s, [&] { return entered_ >= n; });
+  }
+  bool wait_sent(size_t n) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, 5s, [&] { return sent_.size() >= n; });
+  }
+  std::vector<std::vector<int>> batches() {
+    std::lock_guard lock(mutex_);
+    return batches_;
+  }
+  std::vector<int> sent() {
+    std::lock_guard lock(mutex_);
+    return sent_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool throw_next_ = false;
+  size_t entered_ = 0;
+  size_t allowed_ = std::numeric_limits<size_t>::max();  // batches that may finish
+  std::vector<std::vector<int>> batches_;
+  std::vector<int> sent_;
+};
+
+// Counts expirations, thread-safely.
+struct Expired {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<int> ids;
+  std::function<void()> of(int id) {
+    return [this, id] {
+      std::lock_guard lock(mutex);
+      ids.push_back(id);
+      cv.notify_all();
+    };
+  }
+  bool wait(size_t n) {
+    std::unique_lock lock(mutex);
+    return cv.wait_for(lock, 5s, [&] { return ids.size() >= n; });
+  }
+  std::vector<int> get() {
+    std::lock_guard lock(mutex);
+    return ids;
+  }
+};
+
+TEST(Admission, OneAtATimeInFifoOrder) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(/*max_inflight=*/1, /*max_queue=*/16, /*max_batch=*/1, 10s);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(i), expired.of(i)));
+  EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{1, 5}));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(6));
+  a.stop();
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {1}, {2}, {3}, {4}, {5}}));
+  EXPECT_EQ(fake.sent(), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_TRUE(expired.get().empty());
+}
+
+TEST(Admission, AFreeWorkerTakesUpToMaxBatchFromTheFront) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(1, 16, /*max_batch=*/3, 10s);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));  // the worker took 0 alone: nothing else was queued
+  for (int i = 1; i <= 7; ++i) ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(i), expired.of(i)));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(8));
+  a.stop();
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {1, 2, 3}, {4, 5, 6}, {7}}));
+}
+
+TEST(Admission, CountsEveryRequestOfABatchInFlight) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(1, 16, 4, 10s);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(i), expired.of(i)));
+  EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{1, 5}));
+  fake.release_one();  // batch {0} ends; the worker takes {1, 2, 3, 4} and is held in it
+  ASSERT_TRUE(fake.wait_entered(2));
+  EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{4, 1}));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(6));
+  a.stop();
+  EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{0, 0}));
+}
+
+TEST(Admission, AnAloneTaskGetsABatchOfItsOwn) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(1, 16, 8, 10s);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(1), expired.of(1)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(2, /*alone=*/true), expired.of(2)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(3), expired.of(3)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(4, /*alone=*/true), expired.of(4)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(5, /*alone=*/true), expired.of(5)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(6), expired.of(6)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(7), expired.of(7)));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(8));
+  a.stop();
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {1}, {2}, {3}, {4}, {5}, {6, 7}}));
+}
+
+TEST(Admission, RefusesBeyondBusyWorkersPlusMaxQueue) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(/*max_inflight=*/2, /*max_queue=*/2, 1, 10s);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(1), expired.of(1)));
+  ASSERT_TRUE(fake.wait_entered(2));  // both workers busy
+  EXPECT_TRUE(a.submit(std::make_shared<FakeTask>(2), expired.of(2)));
+  EXPECT_TRUE(a.submit(std::make_shared<FakeTask>(3), expired.of(3)));
+  EXPECT_FALSE(a.submit(std::make_shared<FakeTask>(4), expired.of(4)));
+  EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{2, 2}));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(4));
+  a.stop();
+  EXPECT_TRUE(expired.get().empty());
+  for (const auto& b : fake.batches()) EXPECT_NE(b, std::vector<int>{4});
+}
+
+TEST(Admission, AQueuedTaskPastItsDeadlineExpiresWhileTheWorkerIsBusy) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(1, 16, 8, /*wait=*/50ms);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(1), expired.of(1)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(2), expired.of(2)));
+  // The worker is still held in batch {0}: the sweeper expires both at their deadline.
+  ASSERT_TRUE(expired.wait(2));
+  EXPECT_EQ(expired.get(), (std::vector<int>{1, 2}));
+  EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{1, 0}));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(1));
+  // A task submitted now is well within its deadline and is scored.
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(3), expired.of(3)));
+  ASSERT_TRUE(fake.wait_sent(2));
+  a.stop();
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {3}}));
+  EXPECT_EQ(expired.get(), (std::vector<int>{1, 2}));
+}
+
+TEST(Admission, ARunnerThatThrowsCostsItsBatchNotTheWorker) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(1, 16, 1, 10s);
+  a.start(fake.runner());
+  fake.throw_next();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(1), expired.of(1)));
+  ASSERT_TRUE(fake.wait_sent(1));
+  a.stop();
+  EXPECT_EQ(fake.sent(), std::vector<int>{1});  // batch {0} threw: nothing to send for it
+  EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{0, 0}));
+}
+
+TEST(Admission, StopDrainsEveryQueuedTaskThenJoins) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(1, 16, 2, 10s);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  for (int i = 1; i <= 4; ++i) ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(i), expired.of(i)));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(20ms);
+    fake.release();
+  });
+  a.stop();  // returns only once every queued task has been run and sent
+  releaser.join();
+  EXPECT_EQ(fake.sent(), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {1, 2}, {3, 4}}));
+  EXPECT_TRUE(expired.get().empty());
+  a.stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace kev
