@@ -194,12 +194,16 @@ void check_bundle_supported(const nlohmann::json& m, const std::string& path) {
       "format",     "model",       "base",           "checkpoint", "reference",
       "inputs",     "outputs",     "merged_targets", "lora",       "dtypes",
       "dimensions", "temperature", "delimiters",     "producer",   "checkpoint_fields"};
-  for (const auto& [key, value] : m.items())
+  // Named copies rather than structured bindings: clang 14 (the fuzz and TSan builds) cannot
+  // capture a structured binding in a lambda.
+  for (const auto& item : m.items()) {
+    const std::string& key = item.key();
     if (std::none_of(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }))
       fail(ErrorKind::kUnsupported,
            "{}: key \"{}\" ({}) is not one kev {} knows; the bundle comes from a newer kev or was "
            "edited, and kev refuses rather than guess whether it changes the answers",
-           path, key, shown(value), KEV_VERSION);
+           path, key, shown(item.value()), KEV_VERSION);
+  }
   if (auto it = m.find("format"); it != m.end() && *it != kBundleFormatTag)
     fail(ErrorKind::kUnsupported, "{}: \"format\" is {}; this kev runs \"{}\" bundles", path,
          shown(*it), kBundleFormatTag);
@@ -207,7 +211,9 @@ void check_bundle_supported(const nlohmann::json& m, const std::string& path) {
     if (!it->is_object())
       fail(ErrorKind::kBadInput, "{}: \"checkpoint_fields\" is {}, not an object", path,
            shown(*it));
-    for (const auto& [key, v] : it->items()) {
+    for (const auto& item : it->items()) {
+      const std::string& key = item.key();
+      const auto& v = item.value();
       bool known = std::any_of(std::begin(kFields), std::end(kFields),
                                [&](const Field& f) { return key == f.key; });
       if (!known)
@@ -237,7 +243,9 @@ void check_bundle_supported(const nlohmann::json& m, const std::string& path) {
       fail(ErrorKind::kBadInput, "{}: \"dtypes\" is {}, not an object", path, shown(*it));
     static constexpr std::pair<const char*, const char*> kDtypes[] = {
         {"weights", "BF16"}, {"merged_targets", "BF16"}, {"merge_compute", "F32"}, {"head", "F32"}};
-    for (const auto& [key, v] : it->items()) {
+    for (const auto& item : it->items()) {
+      const std::string& key = item.key();
+      const auto& v = item.value();
       auto rule = std::find_if(std::begin(kDtypes), std::end(kDtypes),
                                [&](const auto& d) { return key == d.first; });
       if (rule == std::end(kDtypes))
