@@ -78,7 +78,7 @@ levels() {  # the supported levels of a binary's architecture, from `kev cpu`
 # close REF OTHER: the forward and score outputs of two architectures, compared by value: the
 # model's transcendental functions come from each platform's libm (glibc's expf, log1pf, sin, cos,
 # pow differ in last bits between x86-64 and aarch64), so hidden states and probabilities are
-# not byte-identical across architectures (README "CPUs"). Bounds: fp32 hidden states within 1e-3
+# not byte-identical across architectures (docs/cpus.md). Bounds: fp32 hidden states within 1e-3
 # absolute (int8 0.05, bf16 0.5: see below), probabilities within 1e-4, every non-float field
 # equal (usage.output_tokens counts the tokens of the printed floats, so it may differ by a few).
 close() {

@@ -33,7 +33,7 @@ echo "cpu: $(build/ci/kev cpu)" >&2
 run_ctest
 
 # The ISA matrix: the tests that go through the dispatched kernels, again with every kernel
-# forced to each variant below this CPU's best (README "CPUs"), so an AVX-512 machine also runs
+# forced to each variant below this CPU's best (docs/cpus.md), so an AVX-512 machine also runs
 # the AVX2 code and every machine the portable code.
 best=$(build/ci/kev cpu | sed -n 's/.*"gemm":"\([a-z0-9]*\)".*/\1/p')
 for isa in avx2 portable; do

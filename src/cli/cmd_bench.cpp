@@ -33,6 +33,7 @@
 #include "kev/core/sha256.h"
 #include "kev/serve/scorer.h"
 #include "kev/text/api.h"
+#include "kev/text/json_lines.h"
 
 namespace kev::cli {
 namespace {
@@ -63,24 +64,9 @@ struct Reply {
 };
 
 std::vector<Request> read_requests(const std::string& path) {
-  const std::string text = read_file(path);
   std::vector<Request> out;
-  size_t at = 0, line = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view s(text.data() + at, end - at);
-    at = end + 1;
-    ++line;
-    if (s.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    OrderedJson o;
-    try {
-      o = parse_json_strict(s, "the line");
-    } catch (const Error& e) {
-      fail(ErrorKind::kBadInput, "{} line {}: {}", path, line, e.what());
-    }
-    if (!o.is_object())
-      fail(ErrorKind::kBadInput, "{} line {}: a request is a JSON object", path, line);
+  for_each_json_line(path, JsonLimits{}, [&](OrderedJson& o, size_t line) {
+    if (!o.is_object()) fail(ErrorKind::kBadInput, "a request is a JSON object");
     Request r;
     r.id = std::to_string(line);
     if (auto it = o.find("id"); it != o.end()) {
@@ -90,7 +76,7 @@ std::vector<Request> read_requests(const std::string& path) {
     o.erase("labels");
     r.body = o.dump();
     out.push_back(std::move(r));
-  }
+  });
   if (out.empty()) fail(ErrorKind::kBadInput, "{}: no request", path);
   return out;
 }

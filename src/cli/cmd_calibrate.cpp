@@ -14,6 +14,7 @@
 #include "kev/core/file.h"
 #include "kev/serve/scorer.h"
 #include "kev/text/api.h"
+#include "kev/text/json_lines.h"
 
 namespace kev::cli {
 namespace {
@@ -28,36 +29,10 @@ struct CalibrateOptions {
 
 constexpr JsonLimits kLimits{.max_object_keys = 4096, .max_array_elements = 4096, .max_depth = 64};
 
-template <typename F>
-void for_each_line(const std::string& path, F&& f) {
-  const std::string text = read_file(path);
-  size_t at = 0, line = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view s(text.data() + at, end - at);
-    at = end + 1;
-    ++line;
-    if (s.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    OrderedJson o;
-    try {
-      o = parse_json_strict(s, "the line", kLimits);
-    } catch (const Error& e) {
-      fail(ErrorKind::kBadInput, "{} line {}: {}", path, line, e.what());
-    }
-    try {
-      f(o);
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kBadInput) throw;
-      fail(ErrorKind::kBadInput, "{} line {}: {}", path, line, e.what());
-    }
-  }
-}
-
 // --logits: {"logits": [z...], "label": index} per line.
 std::vector<LabelledLogits> read_logits(const std::string& path) {
   std::vector<LabelledLogits> out;
-  for_each_line(path, [&](const OrderedJson& o) {
+  for_each_json_line(path, kLimits, [&](const OrderedJson& o, size_t) {
     if (!o.is_object()) fail(ErrorKind::kBadInput, "expected {{\"logits\": [...], \"label\": i}}");
     auto z = o.find("logits");
     auto y = o.find("label");
@@ -108,7 +83,7 @@ std::vector<LabelledLogits> score_labelled(const CalibrateOptions& o, double* bu
   *bundle_t = scorer.head().temperature();
   std::vector<LabelledLogits> out;
   size_t unlabelled = 0;
-  for_each_line(o.labels, [&](const OrderedJson& line) {
+  for_each_json_line(o.labels, kLimits, [&](const OrderedJson& line, size_t) {
     if (!line.is_object()) fail(ErrorKind::kBadInput, "a labelled request must be a JSON object");
     auto labels = line.find("labels");
     if (labels == line.end() || !labels->is_object())

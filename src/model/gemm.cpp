@@ -360,37 +360,32 @@ KEV_AVX512 void kernel_avx512(const float* x, int64_t ldx, const uint16_t* w, in
 // accumulators (enough to keep two 512-bit FMA pipes busy) from 2 weight loads and 6 broadcasts
 // per step. Each accumulator element is one lane sum of one row and output, FMA'd in ascending
 // step exactly as lm_micro does: the same bits.
+#define KEV_LM_ROW2(r)                        \
+  av = _mm512_set1_ps(a[r]);                  \
+  c##r##0 = _mm512_fmadd_ps(av, w0, c##r##0); \
+  c##r##1 = _mm512_fmadd_ps(av, w1, c##r##1);
 KEV_AVX512 void lm_micro_avx512_x2(const float* a, const float* b0, const float* b1, int64_t depth,
                                    float* c0, float* c1) {
-  __m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0;
-  __m512 q0 = p0, q1 = p0, q2 = p0, q3 = p0, q4 = p0, q5 = p0;
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   for (int64_t s = 0; s < depth; ++s, a += kLmMr, b0 += kLmNr, b1 += kLmNr) {
     const __m512 w0 = _mm512_loadu_ps(b0), w1 = _mm512_loadu_ps(b1);
-    __m512 av = _mm512_set1_ps(a[0]);
-    p0 = _mm512_fmadd_ps(av, w0, p0);
-    q0 = _mm512_fmadd_ps(av, w1, q0);
-    av = _mm512_set1_ps(a[1]);
-    p1 = _mm512_fmadd_ps(av, w0, p1);
-    q1 = _mm512_fmadd_ps(av, w1, q1);
-    av = _mm512_set1_ps(a[2]);
-    p2 = _mm512_fmadd_ps(av, w0, p2);
-    q2 = _mm512_fmadd_ps(av, w1, q2);
-    av = _mm512_set1_ps(a[3]);
-    p3 = _mm512_fmadd_ps(av, w0, p3);
-    q3 = _mm512_fmadd_ps(av, w1, q3);
-    av = _mm512_set1_ps(a[4]);
-    p4 = _mm512_fmadd_ps(av, w0, p4);
-    q4 = _mm512_fmadd_ps(av, w1, q4);
-    av = _mm512_set1_ps(a[5]);
-    p5 = _mm512_fmadd_ps(av, w0, p5);
-    q5 = _mm512_fmadd_ps(av, w1, q5);
+    __m512 av;
+    KEV_LM_ROW2(0)
+    KEV_LM_ROW2(1)
+    KEV_LM_ROW2(2)
+    KEV_LM_ROW2(3)
+    KEV_LM_ROW2(4)
+    KEV_LM_ROW2(5)
   }
-  const __m512 out0[kLmMr] = {p0, p1, p2, p3, p4, p5}, out1[kLmMr] = {q0, q1, q2, q3, q4, q5};
+  const __m512 out[kLmMr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                                {c30, c31}, {c40, c41}, {c50, c51}};
   for (int r = 0; r < kLmMr; ++r) {
-    _mm512_storeu_ps(c0 + r * kLmNr, out0[r]);
-    _mm512_storeu_ps(c1 + r * kLmNr, out1[r]);
+    _mm512_storeu_ps(c0 + r * kLmNr, out[r][0]);
+    _mm512_storeu_ps(c1 + r * kLmNr, out[r][1]);
   }
 }
+#undef KEV_LM_ROW2
 
 // Four groups per call: 24 accumulators, 4 weight loads and 6 broadcasts per step.
 #define KEV_LM_ROW(r)                         \
