@@ -4,46 +4,21 @@
 // and with the chunked form from multiples of its chunk (the only points the scorer uses there).
 // The oracle is the one-pass computation of the same ids.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kev/model/model.h"
-#include "kev/synth/synth.h"
+#include "synth_model_test.h"
 
 namespace kev {
 namespace {
 
-namespace fs = std::filesystem;
+constexpr char kContinueDir[] = "kev-continue";
 
-class Continue : public ::testing::Test {
+class Continue : public model_test::SynthModelTest<kContinueDir, 11> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("kev-continue-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    SynthOptions o;
-    o.out = dir_.string();
-    o.seed = 11;
-    synthesize(o);
-    model_ = Model::load((dir_ / "base").string()).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-    fs::remove_all(dir_);
-  }
-
-  static std::vector<int32_t> ids(size_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(model_->config().vocab - 1));
-    std::vector<int32_t> out(n);
-    for (auto& v : out) v = d(rng);
-    return out;
-  }
   static std::vector<int32_t> slice(const std::vector<int32_t>& v, size_t a, size_t b) {
     return {v.begin() + static_cast<std::ptrdiff_t>(a), v.begin() + static_cast<std::ptrdiff_t>(b)};
   }
@@ -95,9 +70,6 @@ class Continue : public ::testing::Test {
     const PrefixState c = m.extend(b, slice(all, points.back(), all.size()));
     EXPECT_TRUE(same_state(c, one)) << what << ": continued twice";
   }
-
-  static inline fs::path dir_;
-  static inline Model* model_ = nullptr;
 };
 
 TEST_F(Continue, RecurrentFromAnyPointIsOnePassInEveryPrecision) {

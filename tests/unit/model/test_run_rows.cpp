@@ -3,56 +3,27 @@
 // mix of prefixes, row lengths and readouts in the pass, and whatever the thread count. The CI
 // re-runs this (label unit) under each forced KEV_ISA.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kev/core/error.h"
 #include "kev/model/model.h"
-#include "kev/synth/synth.h"
+#include "synth_model_test.h"
 
 namespace kev {
 namespace {
 
-namespace fs = std::filesystem;
+constexpr char kRunRowsDir[] = "kev-run-rows";
 
-class RunRows : public ::testing::Test {
+class RunRows : public model_test::SynthModelTest<kRunRowsDir, 5> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("kev-run-rows-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    SynthOptions o;
-    o.out = dir_.string();
-    o.seed = 5;
-    synthesize(o);
-    model_ = Model::load((dir_ / "base").string()).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-    fs::remove_all(dir_);
-  }
-
-  static std::vector<int32_t> ids(size_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(model_->config().vocab - 1));
-    std::vector<int32_t> out(n);
-    for (auto& v : out) v = d(rng);
-    return out;
-  }
-
   static bool same(const RowResult& a, const RowResult& b) {
     return a.rows == b.rows && a.hidden.size() == b.hidden.size() &&
            std::memcmp(a.hidden.data(), b.hidden.data(), a.hidden.size() * sizeof(float)) == 0;
   }
-
-  static inline fs::path dir_;
-  static inline Model* model_ = nullptr;
 };
 
 TEST_F(RunRows, MixedPrefixesInOnePassEqualEachRowAlone) {
