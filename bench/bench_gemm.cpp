@@ -21,9 +21,9 @@
 #include "fma_peak.h"
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
-#include "kev/model/gemm.h"
-#include "kev/model/gemm_avx512.h"
-#include "kev/model/gemm_int8.h"
+#include "kev/cpu/gemm.h"
+#include "kev/cpu/gemm_avx512.h"
+#include "kev/cpu/gemm_int8.h"
 
 using namespace kev;
 

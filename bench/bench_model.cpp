@@ -20,7 +20,7 @@
 #include "fma_peak.h"
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
-#include "kev/model/gemm.h"
+#include "kev/cpu/gemm.h"
 #include "kev/model/model.h"
 
 using namespace kev;

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "kev/model/gemm.h"
+#include "kev/cpu/gemm.h"
 
 namespace kev::bench {
 

@@ -4,13 +4,13 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "kev/core/isa.h"
-#include "kev/export/merge.h"
+#include "kev/cpu/gemm.h"
+#include "kev/cpu/gemm_avx512.h"
+#include "kev/cpu/gemm_int8.h"
+#include "kev/cpu/isa.h"
+#include "kev/cpu/merge.h"
+#include "kev/cpu/model_kernels.h"
 #include "kev/head/pointer_head.h"
-#include "kev/model/gemm.h"
-#include "kev/model/gemm_avx512.h"
-#include "kev/model/gemm_int8.h"
-#include "model/kernels.h"
 
 namespace kev::cli {
 

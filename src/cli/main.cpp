@@ -8,8 +8,8 @@
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/interrupt.h"
-#include "kev/core/isa.h"
 #include "kev/core/progress.h"
+#include "kev/cpu/isa.h"
 
 namespace kev::cli {
 

@@ -6,11 +6,11 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "head/head_kernels.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
 #include "kev/core/threads.h"
+#include "kev/cpu/head_kernels.h"
 #include "kev/formats/checkpoint_fields.h"
 #include "kev/formats/safetensors.h"
 

@@ -24,7 +24,7 @@
 
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
-#include "model/kernels.h"
+#include "kev/cpu/model_kernels.h"
 
 namespace kev {
 namespace {

@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kev/model/gemm_avx512.h"
-#include "kev/model/gemm_int8.h"
+#include "kev/cpu/gemm_avx512.h"
+#include "kev/cpu/gemm_int8.h"
 #include "kev/model/model.h"
 #include "kev/model/weights.h"
 

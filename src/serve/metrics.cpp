@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "kev/core/isa.h"
+#include "kev/cpu/isa.h"
 
 namespace kev {
 namespace {

@@ -35,14 +35,10 @@
 #include <string>
 #include <vector>
 
-#include "kev/core/isa.h"
+#include "kev/cpu/head_kernels.h"  // head_isa(): the variant used by default
+#include "kev/cpu/isa.h"
 
 namespace kev {
-
-// The kernel variant used by default: the best this CPU supports, capped by KEV_HEAD_ISA /
-// KEV_ISA (kev/core/isa.h); read once per process. Every variant is bit-identical; passing
-// another supported one is for tests and benchmarks, an unsupported one throws kUnsupported.
-Isa head_isa();
 
 // One question: views into caller memory (row-major, options contiguous).
 struct HeadQuestion {

@@ -16,16 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "kev/cpu/matrix.h"
 #include "kev/formats/safetensors.h"
 #include "kev/model/config.h"
 
 namespace kev {
-
-// Row-major [rows, cols] BF16 matrix inside a mapping; may be unaligned.
-struct Bf16Matrix {
-  const uint16_t* data = nullptr;
-  int64_t rows = 0, cols = 0;
-};
 
 struct AttentionWeights {
   Bf16Matrix q, k, v,

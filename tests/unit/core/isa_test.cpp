@@ -1,4 +1,4 @@
-#include "kev/core/isa.h"
+#include "kev/cpu/isa.h"
 
 #include <gtest/gtest.h>
 

@@ -20,11 +20,11 @@
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
+#include "kev/cpu/merge.h"
 #include "kev/export/configs.h"
 #include "kev/export/family.h"
 #include "kev/export/inputs.h"
 #include "kev/export/inventory.h"
-#include "kev/export/merge.h"
 #include "kev/export/pin.h"
 #include "kev/export/recipe.h"
 

@@ -8,7 +8,7 @@
 
 #include "gemm_problem.h"
 #include "kev/core/bf16.h"
-#include "kev/model/gemm.h"
+#include "kev/cpu/gemm.h"
 
 namespace kev {
 namespace {
@@ -76,8 +76,9 @@ TEST(Gemm, UnalignedWeightsAndStrides) {
   }
 }
 
-// The order gemm.h promises, written out independently of src/model/gemm.cpp: 16 lane sums,
-// lane l taking k = l, l+16, ... by one fused multiply-add each, then the fixed tree.
+// The order gemm.h promises, written out independently of src/cpu/ (portable/gemm.cpp,
+// x86/gemm.cpp, arm64/gemm.cpp): 16 lane sums, lane l taking k = l, l+16, ... by one fused
+// multiply-add each, then the fixed tree.
 std::vector<float> contract_order(const Problem& p) {
   std::vector<float> y(static_cast<size_t>(p.m * p.n));
   for (int64_t i = 0; i < p.m; ++i)

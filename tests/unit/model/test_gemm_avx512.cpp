@@ -14,10 +14,10 @@
 #include <random>
 #include <vector>
 
+#include "cpu/portable/avx512_emu_ops.h"
 #include "gemm_problem.h"
 #include "kev/core/bf16.h"
-#include "kev/model/gemm_avx512.h"
-#include "model/avx512_ops.h"
+#include "kev/cpu/gemm_avx512.h"
 
 namespace kev {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "gemm_problem.h"
 #include "kev/core/bf16.h"
-#include "kev/model/gemm_int8.h"
+#include "kev/cpu/gemm_int8.h"
 
 namespace kev {
 namespace {

@@ -7,8 +7,8 @@
 #include <tuple>
 #include <vector>
 
-#include "kev/core/isa.h"
-#include "model/vec.h"
+#include "kev/cpu/isa.h"
+#include "kev/cpu/vec.h"
 
 namespace kev {
 namespace {

@@ -1,0 +1,49 @@
+// Blockwise int8-weight matrix products for `--precision int8` (see model.h, Precision; which
+// projections run here and which stay FP32 is decided there, not in this kernel).
+//
+// Quantization (weights once at load time, activations at every call; one rule for both with
+// its own range Q): K is split into blocks of 32 (the last one zero-padded). For a row r and
+// block b, amax = max |v|, scale = amax / Q and q = nearbyint(v * (Q / amax)) clamped to
+// [-Q, Q] (all zeros and scale 0 when amax < 1e-30). Weights: Q = 127 (int8, one FP32 scale per
+// output row per block). Activations: Q = 32767 (int16, per row per block). The activations
+// are not cut to 8 bits because the AVX2 kernel multiplies int16 pairs (vpmaddwd) either way:
+// 16-bit activations cost nothing here and halve the error (docs/performance.md, "Precision
+// modes"; set kActMax in gemm_int8.cpp to 127 for W8A8).
+//
+// gemm_int8: y[m, n] = sum over blocks b in ascending order of
+//   acc = fma(float(isum_b), sx[m][b] * sw[n][b], acc), acc starting at 0,
+// where isum_b = sum_k qx[m][k] * qw[n][k] over the block is an exact int32 (|isum| <= 32 *
+// 32767 * 127 < 2^31) and float() rounds to nearest even. That order depends on K only: an
+// output never depends on the batch, the thread split or the ISA (portable, AVX2 and the
+// AVX-512 BW / VNNI kernels of gemm_avx512.h are bitwise identical; an AVX-512 kernel that fails
+// its start-up probe is replaced by the AVX2 one for the process).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kev/cpu/isa.h"
+#include "kev/cpu/matrix.h"
+
+namespace kev {
+
+Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads = 0);
+
+// The int8 kernels' level: the best this CPU supports, capped by KEV_GEMM_ISA / KEV_ISA like the
+// FP32 GEMM, and kAvx2 where the AVX-512 kernel failed its probe (`kev cpu`: "gemm_int8"; the
+// exact variant is best_int8_kernel(), gemm_avx512.h).
+Isa best_int8_isa();
+
+// Quantizes x (rows x K, row stride ldx) per row and block, then y = x * W^T as above.
+void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
+               int64_t ldy, size_t threads = 0);
+// isa must be supported by this CPU; kAvx512 runs the AVX-512 VNNI (or BW) kernel, or AVX2 where
+// that failed its probe (int8_kernel_for, gemm_avx512.h).
+void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
+                   float* y, int64_t ldy, size_t threads);
+
+// The weight rule above (Q = 127), for one row of n values: q [blocks * 32] (zero-padded),
+// scale [blocks]. Exposed for tests.
+void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale);
+
+}  // namespace kev

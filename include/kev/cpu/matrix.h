@@ -1,0 +1,41 @@
+// The matrix types the kernel layer reads: plain data, no behaviour. The model owns where they
+// come from (weights.h maps Bf16Matrix from a bundle; the int8 and bf16 precision modes pack
+// Int8Matrix and Bf16PairMatrix at load time through gemm_int8.h and gemm_avx512.h).
+//
+// Contract: a Bf16Matrix views memory it does not own (row-major, possibly unaligned); the packed
+// matrices own their bytes and have one layout on every CPU, so packing never depends on the
+// kernel that will read it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kev {
+
+// Row-major [rows, cols] BF16 matrix inside a mapping; may be unaligned.
+struct Bf16Matrix {
+  const uint16_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+constexpr int64_t kQuantBlock = 32;  // k values per int8 quantization block (gemm_int8.h)
+constexpr int64_t kInt8Group = 16;   // outputs per packed group of Int8Matrix and Bf16PairMatrix
+
+// A quantized [rows, cols] matrix, packed for the kernels: outputs in groups of 16 (the last
+// zero-padded), per group [block][pair of k][16 outputs][2] int8, scales [group][block][16].
+struct Int8Matrix {
+  int64_t rows = 0, cols = 0, blocks = 0, groups = 0;
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  size_t bytes() const { return q.size() + scale.size() * sizeof(float); }
+};
+
+// A BF16 [rows, cols] matrix in vdpbf16ps's pair layout: outputs in groups of 16 (the last
+// zero-padded), k in pairs (cols rounded up to even, zero-padded), per group [pair][16 outputs][2].
+struct Bf16PairMatrix {
+  int64_t rows = 0, cols = 0, pairs = 0, groups = 0;
+  std::vector<uint16_t> w;
+  size_t bytes() const { return w.size() * sizeof(uint16_t); }
+};
+
+}  // namespace kev

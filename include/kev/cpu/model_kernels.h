@@ -1,0 +1,72 @@
+// The model's kernel table: every kernel the forward pass calls, with the variant of each chosen
+// once per process from the CPU and KEV_GEMM_ISA / KEV_ISA (kev/cpu/isa.h). The layer math
+// (src/model/layers.cpp) and the projections (src/model/projections.cpp) call this table only and
+// name no instruction set; the variants live behind it in the kernel layer (src/cpu/: portable/
+// always, plus the folder of the CPU family the binary is built for). Every entry keeps its
+// family's fixed order of operations (gemm.h, gemm_int8.h, vec.h), so the choice changes speed,
+// never a bit, with one documented exception: the AVX512-BF16 dot kernel of the bf16 mode
+// (gemm_avx512.h).
+// Thread safety: the table is immutable once built; any thread may call it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kev/cpu/gemm_avx512.h"
+#include "kev/cpu/gemm_int8.h"
+#include "kev/cpu/isa.h"
+#include "kev/cpu/matrix.h"
+#include "kev/cpu/vec.h"
+
+namespace kev {
+
+class ModelKernels {
+ public:
+  // y[rows, w.rows] (row stride ldy) = x * W^T, FP32 activations x BF16 weights (gemm.h).
+  void gemm(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, float* y, int64_t ldy,
+            size_t threads) const;
+  // The same with blockwise int8 weights and int16 activations (gemm_int8.h).
+  void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
+                 int64_t ldy, size_t threads) const;
+  // Whether the bf16 mode has a dot-product kernel here (then its weights are packed with
+  // pack_bf16 and run through gemm_bf16_dot); without one it rounds activations and runs gemm.
+  bool has_bf16_dot() const { return bf16_ != Bf16Kernel::kNone; }
+  Bf16PairMatrix pack_bf16(const Bf16Matrix& m, size_t threads) const;
+  void gemm_bf16_dot(const float* x, int64_t rows, int64_t ldx, const Bf16PairMatrix& w, float* y,
+                     int64_t ldy, size_t threads) const;
+
+  // The vector kernels (vec.h).
+  float dot(const float* a, const float* b, int64_t n) const { return vec::dot(a, b, n); }
+  float sum_sq(const float* a, int64_t n) const { return vec::sum_sq(a, n); }
+  void axpy(float* y, float a, const float* x, int64_t n) const { vec::axpy(y, a, x, n); }
+  void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows,
+                 int64_t n) const {
+    vec::axpy_rows(y, a, x, ld, rows, n);
+  }
+  void scale(float* y, float a, int64_t n) const { vec::scale(y, a, n); }
+  void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                float* out) const {
+    vec::dot_rows_isa(vec_, a, x, ld, rows, n, out);
+  }
+  void gdn_steps(float* s, int64_t dk, int64_t dv, int64_t len, const vec::GdnTokens& t) const {
+    vec::gdn_steps_isa(vec_, s, dk, dv, len, t);
+  }
+
+  // The variants in use (`kev cpu`).
+  Isa gemm_isa() const { return gemm_; }
+  Isa vec_isa() const { return vec_; }
+  Isa int8_isa() const { return int8_isa_; }
+  Int8Kernel int8_kernel() const { return int8_; }
+  Bf16Kernel bf16_kernel() const { return bf16_; }
+
+ private:
+  friend const ModelKernels& model_kernels();
+  Isa gemm_ = Isa::kPortable, vec_ = Isa::kPortable, int8_isa_ = Isa::kPortable;
+  Int8Kernel int8_ = Int8Kernel::kPortable;
+  Bf16Kernel bf16_ = Bf16Kernel::kNone;
+};
+
+// The table of this process (chosen at first call; the start-up probes of the kernels that
+// have one run then).
+const ModelKernels& model_kernels();
+
+}  // namespace kev

@@ -1,0 +1,50 @@
+// Small vector kernels for the forward (private to the model layer).
+// Every function has a fixed order of operations independent of the instruction set: dot and
+// sum_sq keep 16 lane sums (lane l takes i = l, l+16, ...) with separate multiply and add, then
+// the fixed tree (l, l+8), (l, l+4), (l, l+2), (0, 1); elementwise ones have one rounding per
+// operation. On x86-64 they are compiled for AVX-512, AVX2 and baseline (target_clones) and give
+// bitwise-identical results on each.
+#pragma once
+#include <cstdint>
+
+#include "kev/cpu/isa.h"
+
+namespace kev::vec {
+
+float dot(const float* a, const float* b, int64_t n);
+float sum_sq(const float* a, int64_t n);
+// out[r] = dot(a, x + r * ld, n) for r < rows, bit for bit; dot_rows runs the level the model
+// kernel table picks (kernels.h; AVX2 four rows at a time, NEON two, when n % 16 == 0),
+// dot_rows_isa a given one (the CPU must support it).
+void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out);
+void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                  float* out);
+void axpy(float* y, float a, const float* x, int64_t n);  // y += a * x
+// y += a[r] * x_r for rows x_r = x + r * ld, r = 0 .. rows-1 in order (the repeated axpy).
+void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n);
+void scale(float* y, float a, int64_t n);  // y *= a
+
+// One recurrent gated-delta step on a state S[dk x dv] (row-major, row i = key dim i):
+//   S *= eg; m = S^T k; delta = beta (v - m); S += k delta^T; o = S^T q.
+// m and delta are scratch of length dv.
+void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float* k, const float* q,
+              const float* v, float beta, float* o, float* m);
+
+// A sequence of len steps of one head: token n reads k, q, v at n * qkv_stride, exp(g) and beta
+// at eg[n] and beta[n], and writes o at n * o_stride. Every value column of the state evolves on
+// its own (step by step its m, delta and o involve only that column), so the AVX2 form runs the
+// sequence 32 columns at a time; per element the operations and their order are gdn_step's, so
+// the result is bit-identical to len calls of gdn_step. gdn_steps runs the level
+// model kernel table picks; gdn_steps_isa a given one (kPortable and kNeon: the gdn_step loop;
+// kAvx2 or kAvx512: the AVX2 form, which the CPU must support).
+struct GdnTokens {
+  const float *q, *k, *v;
+  int64_t qkv_stride;
+  const float *eg, *beta;
+  float* o;
+  int64_t o_stride;
+};
+void gdn_steps(float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t);
+void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t);
+
+}  // namespace kev::vec

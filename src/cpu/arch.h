@@ -1,0 +1,90 @@
+// The seam between the architecture-free kernel layer (src/cpu/*.cpp: tables, level selection,
+// packing and threading drivers) and one CPU family's folder (src/cpu/x86/, src/cpu/arm64/, or
+// src/cpu/generic/ for targets without one). CMake builds exactly one family folder, chosen by
+// CMAKE_SYSTEM_PROCESSOR, and that folder defines every function below; nothing else in the
+// code base names an instruction set or tests an architecture macro.
+//
+// Contract for a family folder:
+// - levels() lists its levels lowest first, kPortable first; supports(level) is the CPU check
+//   (CPUID, HWCAP, ...), asked once per process per level by isa.cpp.
+// - Every variant function takes a level the CPU supports (the callers check) and returns that
+//   level's variant of one kernel family, or nullptr / kPortable / kNone when the family has no
+//   variant there: the caller then runs the portable variant (src/cpu/portable/portable.h). A
+//   family may answer a higher level with a lower level's variant (an AVX-512 CPU runs the AVX2
+//   vector kernels).
+// - Every variant keeps its family's documented order of operations, so it is bit-identical to
+//   the portable one (the unit tests loop over supported_isas(); scripts/test.sh forces each
+//   level).
+// Thread safety: every function may be called from any thread.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kev/cpu/gemm_avx512.h"
+#include "kev/cpu/head_kernels.h"
+#include "kev/cpu/isa.h"
+#include "kev/cpu/matrix.h"
+#include "kev/cpu/vec.h"
+
+namespace kev::arch {
+
+// ---- the CPU ----
+const char* name();             // "x86-64", "aarch64", "other"
+std::span<const Isa> levels();  // lowest first, kPortable first
+bool supports(Isa level);       // the CPU runs this level (kPortable: always)
+enum class Feature { kAvx512Vnni, kAvx512Bf16, kArmDotprod, kArmSve };
+bool has_feature(Feature f);  // an extension some kernels use or `kev cpu` reports
+
+// ---- BF16 x FP32 GEMM (gemm.h) ----
+// y[i * ldy + j] for an mr x nr tile of x rows and weight rows (ldw apart), over all of k_total.
+using GemmTile = void (*)(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+                          int64_t k_total, float* y, int64_t ldy);
+struct GemmVariant {
+  GemmTile (*tile)(int mr, int nr);  // for 1 <= mr <= tile_rows, 1 <= nr <= tile_cols
+  int tile_rows, tile_cols;
+  // Optional: runs the whole product itself when the shape suits it (a packed prefill path) and
+  // returns true; false leaves it to the tile driver.
+  bool (*whole)(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, float* y,
+                int64_t ldy, size_t threads);
+};
+const GemmVariant* gemm(Isa level);
+
+// ---- int8 GEMM (gemm_int8.h, gemm_avx512.h) ----
+// Output groups [g0, g1) of y from int16 activations xq [rows padded to kInt8TileRows][kp] and
+// their scales sx [..][blocks].
+using Int8Range = void (*)(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
+                           const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
+Int8Kernel int8_kernel(Isa level);   // the kernel this level runs here (after start-up probes)
+Int8Range int8_range(Int8Kernel k);  // nullptr for kernels this folder does not hold
+// Quantizes 32 floats by gemm_int8.h's rule into int32 q, returns the scale (same values as the
+// portable rule); nullptr when the CPU has no faster form.
+using QuantizeBlock = float (*)(const float* v, int32_t* q, float qmax);
+QuantizeBlock quantize_block();
+
+// ---- bf16 dot GEMM (gemm_avx512.h) ----
+// Output groups [g0, g1) of y from BF16 activations xq [rows padded to 6][ldxq].
+using Bf16Range = void (*)(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf16PairMatrix& w,
+                           float* y, int64_t ldy, int64_t g0, int64_t g1);
+Bf16Kernel bf16_kernel(Isa level);  // kNone: the bf16 mode rounds activations and runs gemm
+Bf16Range bf16_range(Bf16Kernel k);
+
+// ---- vector kernels (vec.h) ----
+struct VecVariant {
+  Isa level;  // the level whose form this is (reported by `kev cpu`)
+  // dot_rows for n % 16 == 0; nullptr: the portable loop.
+  void (*dot_rows)(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out);
+  // gdn_steps; nullptr: the portable loop of gdn_step.
+  void (*gdn_steps)(float* s, int64_t dk, int64_t dv, int64_t len, const vec::GdnTokens& t);
+};
+const VecVariant* vec(Isa level);
+
+// ---- LoRA merge (merge.h) ----
+using MergeRows = void (*)(const uint8_t* w, const float* b, const float* a, int64_t rank,
+                           int64_t cols, float scale, int64_t rows, uint8_t* out);
+MergeRows merge(Isa level);
+
+// ---- pointer head (head_kernels.h) ----
+const head_kernels::KernelSet* head(Isa level);
+
+}  // namespace kev::arch

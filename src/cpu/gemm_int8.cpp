@@ -1,0 +1,215 @@
+// The int8 GEMM's architecture-free part (gemm_int8.h): the quantization rule, the packing of
+// Int8Matrix, the activation quantization and the split of output groups over threads. The
+// kernels come from the family folder (arch::int8_range), the portable folder or the AVX-512
+// emulation; a faster block quantizer from the family folder where it has one (same values).
+#include "kev/cpu/gemm_int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cpu/arch.h"
+#include "cpu/int8_layout.h"
+#include "cpu/levels.h"
+#include "cpu/portable/portable.h"
+#include "kev/core/bf16.h"
+#include "kev/core/error.h"
+#include "kev/core/threads.h"
+#include "kev/cpu/gemm_avx512.h"
+#include "kev/cpu/model_kernels.h"
+
+namespace kev {
+namespace {
+
+using int8_layout::kGroup;
+using int8_layout::kPairs;
+constexpr float kWeightMax = 127.0f;  // int8 weights
+constexpr float kActMax = 32767.0f;   // int16 activations (gemm_int8.h says why)
+
+// One block of the quantization rule (gemm_int8.h); n <= 32 values, the rest of q zero.
+template <typename Q, typename Load>
+float quantize_block(Load load, int64_t n, Q* q, float qmax) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(load(i)));
+  if (!(amax >= 1e-30f)) {  // zero (or subnormal-only, or NaN) block
+    for (int64_t i = 0; i < kQuantBlock; ++i) q[i] = 0;
+    return 0.0f;
+  }
+  const float inv = qmax / amax;
+  for (int64_t i = 0; i < kQuantBlock; ++i) {
+    float r = i < n ? std::nearbyint(load(i) * inv) : 0.0f;
+    q[i] = static_cast<Q>(std::min(qmax, std::max(-qmax, r)));
+  }
+  return amax / qmax;
+}
+
+template <typename Q>
+void quantize_row(const float* v, int64_t n, Q* q, float* scale, float qmax) {
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* vb = v + b * kQuantBlock;
+    scale[b] =
+        quantize_block([vb](int64_t i) { return vb[i]; },
+                       std::min(kQuantBlock, n - b * kQuantBlock), q + b * kQuantBlock, qmax);
+  }
+}
+
+// One row by blocks through a family's block quantizer (same values as quantize_row): a short
+// last block is zero-padded first.
+template <typename Q>
+void quantize_row_with(arch::QuantizeBlock block, const float* v, int64_t n, Q* q, float* scale,
+                       float qmax) {
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  alignas(32) float pad[kQuantBlock];
+  alignas(32) int32_t qi[kQuantBlock];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t len = std::min(kQuantBlock, n - b * kQuantBlock);
+    const float* src = v + b * kQuantBlock;
+    if (len < kQuantBlock) {
+      std::fill(pad, pad + kQuantBlock, 0.0f);
+      std::copy(src, src + len, pad);
+      src = pad;
+    }
+    scale[b] = block(src, qi, qmax);
+    for (int64_t i = 0; i < kQuantBlock; ++i) q[b * kQuantBlock + i] = static_cast<Q>(qi[i]);
+  }
+}
+
+// quantize_row, through the family's block quantizer when `fast` and there is one.
+template <typename Q>
+void quantize_row_as(bool fast, const float* v, int64_t n, Q* q, float* scale, float qmax) {
+  const arch::QuantizeBlock block = fast ? arch::quantize_block() : nullptr;
+  if (block != nullptr) return quantize_row_with<Q>(block, v, n, q, scale, qmax);
+  quantize_row<Q>(v, n, q, scale, qmax);
+}
+
+// Activations quantized per row: int16 [rows_padded][blocks * 32], scales [rows_padded][blocks].
+struct QuantRows {
+  std::vector<int16_t> q;
+  std::vector<float> s;
+  int64_t kp = 0, blocks = 0;
+};
+
+void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_total,
+                          int64_t rows_padded, bool fast, QuantRows& out, size_t threads) {
+  out.blocks = (k_total + kQuantBlock - 1) / kQuantBlock;
+  out.kp = out.blocks * kQuantBlock;
+  out.q.assign(static_cast<size_t>(rows_padded * out.kp), 0);
+  out.s.assign(static_cast<size_t>(rows_padded * out.blocks), 0.0f);
+  parallel_for(
+      static_cast<size_t>(rows),
+      [&](size_t r) {
+        const int64_t m = static_cast<int64_t>(r);
+        quantize_row_as<int16_t>(fast, x + m * ldx, k_total, out.q.data() + m * out.kp,
+                                 out.s.data() + m * out.blocks, kActMax);
+      },
+      threads);
+}
+
+arch::Int8Range range_for(Int8Kernel k) {
+  switch (k) {
+    case Int8Kernel::kPortable:
+      return &portable::int8_range;
+    case Int8Kernel::kAvx512Emulated:
+      return &portable::int8_range_avx512_emulated;
+    default: {
+      const arch::Int8Range r = arch::int8_range(k);
+      if (r == nullptr)
+        fail(ErrorKind::kInternal, "no {} int8 kernel in this {} build", int8_kernel_name(k),
+             arch_name());
+      return r;
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale) {
+  quantize_row<int8_t>(v, n, q, scale, kWeightMax);
+}
+
+Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
+  Int8Matrix m;
+  m.rows = w.rows;
+  m.cols = w.cols;
+  m.blocks = (w.cols + kQuantBlock - 1) / kQuantBlock;
+  m.groups = (w.rows + kGroup - 1) / kGroup;
+  m.q.assign(static_cast<size_t>(m.groups * kGroup * m.blocks * kQuantBlock), 0);
+  m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0.0f);
+  const bool fast = gemm_level() != Isa::kPortable;  // the same values either way
+  parallel_for(
+      static_cast<size_t>(m.groups),
+      [&](size_t gi) {
+        const int64_t g = static_cast<int64_t>(gi);
+        std::vector<float> row(static_cast<size_t>(w.cols));
+        std::vector<int8_t> q(static_cast<size_t>(m.blocks * kQuantBlock));
+        std::vector<float> sc(static_cast<size_t>(m.blocks));
+        for (int64_t j = 0; j < kGroup && g * kGroup + j < w.rows; ++j) {
+          const uint16_t* src = w.data + (g * kGroup + j) * w.cols;
+          for (int64_t k = 0; k < w.cols; ++k) {
+            uint16_t h;
+            std::memcpy(&h, src + k, 2);  // the mapping may be unaligned
+            row[static_cast<size_t>(k)] = bf16_to_f32(h);
+          }
+          quantize_row_as<int8_t>(fast, row.data(), w.cols, q.data(), sc.data(), kWeightMax);
+          for (int64_t b = 0; b < m.blocks; ++b) {
+            m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] =
+                sc[static_cast<size_t>(b)];
+            // The 32 values of a block are 16 pairs 32 bytes apart in the packed group.
+            int8_t* dst = m.q.data() + int8_layout::packed_offset(m.blocks, g, j, b * kQuantBlock);
+            for (int64_t p = 0; p < kPairs; ++p) {
+              dst[p * kGroup * 2] = q[static_cast<size_t>(b * kQuantBlock + 2 * p)];
+              dst[p * kGroup * 2 + 1] = q[static_cast<size_t>(b * kQuantBlock + 2 * p + 1)];
+            }
+          }
+        }
+      },
+      threads == 0 ? default_workers() : threads);
+  return m;
+}
+
+Isa best_int8_isa() {
+  return model_kernels().int8_isa();
+}
+
+void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
+                   float* y, int64_t ldy, size_t threads) {
+  if (!isa_supported(isa))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} int8 kernels", isa_name(isa));
+  gemm_int8_kernel(int8_kernel_for(isa), x, rows, ldx, w, y, ldy, threads);
+}
+
+void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
+                      float* y, int64_t ldy, size_t threads) {
+  if (!int8_kernel_supported(k))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} int8 kernel", int8_kernel_name(k));
+  if (rows <= 0 || w.rows <= 0) return;
+  if (threads == 0) threads = default_workers();
+  const arch::Int8Range range = range_for(k);
+  const bool tiled = k != Int8Kernel::kPortable;
+  const int64_t rows_padded =
+      tiled ? (rows + kInt8TileRows - 1) / kInt8TileRows * kInt8TileRows : rows;
+  thread_local QuantRows tl;
+  QuantRows& a = tl;  // the workers must see this thread's buffer, not their own
+  // A family's block quantizer gives the portable one's values; the emulation may run where the
+  // CPU has none.
+  quantize_activations(x, rows, ldx, w.cols, rows_padded, tiled, a, threads);
+  // Output groups in chunks, more chunks than threads so uneven cores finish together.
+  const int64_t chunks = static_cast<int64_t>(threads) * 4;
+  const int64_t per = std::max<int64_t>(1, (w.groups + chunks - 1) / chunks);
+  const int64_t count = (w.groups + per - 1) / per;
+  parallel_for(
+      static_cast<size_t>(count),
+      [&](size_t c) {
+        const int64_t g0 = static_cast<int64_t>(c) * per, g1 = std::min(w.groups, g0 + per);
+        range(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
+      },
+      threads);
+}
+
+void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
+               int64_t ldy, size_t threads) {
+  gemm_int8_kernel(best_int8_kernel(), x, rows, ldx, w, y, ldy, threads);
+}
+
+}  // namespace kev

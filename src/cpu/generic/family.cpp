@@ -1,0 +1,64 @@
+// A target without a family folder (neither x86-64 nor aarch64): one level, portable, and no
+// variant of any kernel family, so every table runs src/cpu/portable/ (arch.h).
+#include <array>
+
+#include "cpu/arch.h"
+
+namespace kev::arch {
+namespace {
+constexpr std::array kLevels = {Isa::kPortable};
+}  // namespace
+
+const char* name() {
+  return "other";
+}
+
+std::span<const Isa> levels() {
+  return kLevels;
+}
+
+bool supports(Isa level) {
+  return level == Isa::kPortable;
+}
+
+bool has_feature(Feature) {
+  return false;
+}
+
+const GemmVariant* gemm(Isa) {
+  return nullptr;
+}
+
+Int8Kernel int8_kernel(Isa) {
+  return Int8Kernel::kPortable;
+}
+
+Int8Range int8_range(Int8Kernel) {
+  return nullptr;
+}
+
+QuantizeBlock quantize_block() {
+  return nullptr;
+}
+
+Bf16Kernel bf16_kernel(Isa) {
+  return Bf16Kernel::kNone;
+}
+
+Bf16Range bf16_range(Bf16Kernel) {
+  return nullptr;
+}
+
+const VecVariant* vec(Isa) {
+  return nullptr;
+}
+
+MergeRows merge(Isa) {
+  return nullptr;
+}
+
+const head_kernels::KernelSet* head(Isa) {
+  return nullptr;
+}
+
+}  // namespace kev::arch

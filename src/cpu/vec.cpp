@@ -1,0 +1,37 @@
+// The vector kernels' dispatch (vec.h): the family folder's form of the level (arch::vec) where
+// it has one, else the portable loops (portable/vec.cpp).
+#include "kev/cpu/vec.h"
+
+#include <vector>
+
+#include "cpu/arch.h"
+#include "kev/cpu/model_kernels.h"
+
+namespace kev::vec {
+
+void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                  float* out) {
+  const arch::VecVariant* v = arch::vec(isa);
+  if (v != nullptr && v->dot_rows != nullptr && n % 16 == 0)
+    return v->dot_rows(a, x, ld, rows, n, out);
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot(a, x + r * ld, n);
+}
+
+void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
+  dot_rows_isa(model_kernels().vec_isa(), a, x, ld, rows, n, out);
+}
+
+void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
+  const arch::VecVariant* v = arch::vec(isa);
+  if (v != nullptr && v->gdn_steps != nullptr) return v->gdn_steps(s, dk, dv, len, t);
+  std::vector<float> m(static_cast<size_t>(dv));
+  for (int64_t n = 0; n < len; ++n)
+    gdn_step(s, dk, dv, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,
+             t.v + n * t.qkv_stride, t.beta[n], t.o + n * t.o_stride, m.data());
+}
+
+void gdn_steps(float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
+  gdn_steps_isa(model_kernels().vec_isa(), s, dk, dv, len, t);
+}
+
+}  // namespace kev::vec

@@ -1,0 +1,72 @@
+// The AVX-512 precision-mode kernels (gemm_avx512.h): the shared tile bodies
+// (src/cpu/tile512_*.inc) instantiated on the intrinsics of x86/avx512_ops.h, each under the
+// target attribute of exactly its extensions; and the bf16 dot kernel's choice per level, after
+// its start-up probe.
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/x86/avx512_ops.h"
+#include "cpu/x86/precision.h"
+
+namespace kev::x86 {
+namespace {
+
+constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMatrix's too)
+constexpr int64_t kBf16TileRows = 6;
+
+namespace vnni {
+using V = avx512::Avx512VnniOps;
+#define KEV_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#include "cpu/tile512_int8.inc"
+#undef KEV_TARGET
+}  // namespace vnni
+
+namespace bw {
+using V = avx512::Avx512BwOps;
+#define KEV_TARGET __attribute__((target("avx512f,avx512bw")))
+#include "cpu/tile512_int8.inc"
+#undef KEV_TARGET
+}  // namespace bw
+
+namespace bf16 {
+using V = avx512::Avx512Bf16Ops;
+#define KEV_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#include "cpu/tile512_bf16.inc"
+#undef KEV_TARGET
+}  // namespace bf16
+
+}  // namespace
+
+void int8_range_avx512_vnni(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
+                            const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  vnni::int8_range(xq, kp, sx, rows, w, y, ldy, g0, g1);
+}
+
+void int8_range_avx512_bw(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
+                          const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  bw::int8_range(xq, kp, sx, rows, w, y, ldy, g0, g1);
+}
+
+void bf16_range_avx512(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf16PairMatrix& w,
+                       float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  bf16::bf16_range(xq, ldxq, rows, w, y, ldy, g0, g1);
+}
+
+}  // namespace kev::x86
+
+namespace kev::arch {
+
+Bf16Kernel bf16_kernel(Isa level) {
+  static const Bf16Kernel real = [] {
+    if (!has_feature(Feature::kAvx512Bf16)) return Bf16Kernel::kNone;
+    return probe_avx512_kernel(Bf16Kernel::kAvx512Bf16) ? Bf16Kernel::kAvx512Bf16
+                                                        : Bf16Kernel::kNone;
+  }();
+  return level == Isa::kAvx512 ? real : Bf16Kernel::kNone;
+}
+
+Bf16Range bf16_range(Bf16Kernel k) {
+  return k == Bf16Kernel::kAvx512Bf16 ? &x86::bf16_range_avx512 : nullptr;
+}
+
+}  // namespace kev::arch

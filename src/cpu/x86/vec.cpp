@@ -1,0 +1,130 @@
+// The x86-64 vector kernels (vec.h's order, bit-identical to the portable loops): AVX2 forms of
+// dot_rows and gdn_steps, which AVX-512 CPUs run too.
+#include <vector>
+
+#include "cpu/arch.h"
+#include "cpu/portable/gdn_columns.h"
+#include "cpu/x86/target.h"
+
+namespace kev::arch {
+namespace {
+
+using vec::gdn_columns;
+using vec::GdnTokens;
+
+#define KEV_AVX2 KEV_TARGET_AVX2
+
+// One step of 32 value columns held contiguously (row i of the block at s + 32 i), with m, delta
+// and o in registers (4 ymm each; the c loops unroll fully): per element the multiplies and adds
+// of gdn_columns, in the same order (no FMA: each product is rounded before its add).
+KEV_AVX2 void gdn_block32_step(float* s, int64_t dk, float eg, const float* k, const float* q,
+                               const float* v, float beta, float* o) {
+  constexpr int kVecs = 4;
+  const __m256 egv = _mm256_set1_ps(eg), bv = _mm256_set1_ps(beta);
+  __m256 acc[kVecs], delta[kVecs];
+  for (int c = 0; c < kVecs; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < dk; ++i) {  // S *= eg; m += k_i S
+    float* row = s + i * 32;
+    const __m256 ki = _mm256_set1_ps(k[i]);
+    for (int c = 0; c < kVecs; ++c) {
+      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + 8 * c), egv);
+      _mm256_storeu_ps(row + 8 * c, r);
+      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(ki, r));
+    }
+  }
+  for (int c = 0; c < kVecs; ++c) {  // delta = beta (v - m); o = 0
+    delta[c] = _mm256_mul_ps(bv, _mm256_sub_ps(_mm256_loadu_ps(v + 8 * c), acc[c]));
+    acc[c] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < dk; ++i) {  // S += k_i delta; o += q_i S
+    float* row = s + i * 32;
+    const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
+    for (int c = 0; c < kVecs; ++c) {
+      const __m256 r = _mm256_add_ps(_mm256_loadu_ps(row + 8 * c), _mm256_mul_ps(ki, delta[c]));
+      _mm256_storeu_ps(row + 8 * c, r);
+      acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(qi, r));
+    }
+  }
+  for (int c = 0; c < kVecs; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
+}
+
+// Column block by column block, every token: a block's 32 columns are copied out of the
+// row-major state into a contiguous dk x 32 buffer (16 KiB at dk = 128: it stays in L1 for the
+// whole sequence; in place, its rows 4 dv bytes apart fall into few cache sets), stepped through
+// all tokens, and copied back. Columns past the last whole block take gdn_columns per token.
+KEV_AVX2 void gdn_steps_avx2(float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
+  thread_local std::vector<float> block, scratch;
+  block.resize(static_cast<size_t>(dk * 32));
+  int64_t j0 = 0;
+  for (; j0 + 32 <= dv; j0 += 32) {
+    for (int64_t i = 0; i < dk; ++i)
+      for (int64_t j = 0; j < 32; ++j) block[static_cast<size_t>(i * 32 + j)] = s[i * dv + j0 + j];
+    for (int64_t n = 0; n < len; ++n)
+      gdn_block32_step(block.data(), dk, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,
+                       t.v + n * t.qkv_stride + j0, t.beta[n], t.o + n * t.o_stride + j0);
+    for (int64_t i = 0; i < dk; ++i)
+      for (int64_t j = 0; j < 32; ++j) s[i * dv + j0 + j] = block[static_cast<size_t>(i * 32 + j)];
+  }
+  if (j0 == dv) return;
+  scratch.resize(static_cast<size_t>(dv));
+  for (int64_t n = 0; n < len; ++n)
+    gdn_columns<0>(s, dk, dv, j0, dv - j0, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,
+                   t.v + n * t.qkv_stride, t.beta[n], t.o + n * t.o_stride, scratch.data());
+}
+
+// dot's lane tree on a 16-lane accumulator held as two ymm (lanes 0-7, 8-15): (l, l+8), then
+// (l, l+4), (l, l+2), (0, 1), each a single rounding as in tree16.
+KEV_AVX2 inline float tree16_avx2(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_add_ps(lo, hi);
+  const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+// Four rows at a time against one vector: per row the 16 lane sums of dot (a product rounded,
+// then added, i ascending) and its tree. n must be a multiple of 16.
+KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                            float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* x0 = x + r * ld;
+    const float* x1 = x0 + ld;
+    const float* x2 = x1 + ld;
+    const float* x3 = x2 + ld;
+    __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m256 al = _mm256_loadu_ps(a + i), ah = _mm256_loadu_ps(a + i + 8);
+      l0 = _mm256_add_ps(l0, _mm256_mul_ps(al, _mm256_loadu_ps(x0 + i)));
+      h0 = _mm256_add_ps(h0, _mm256_mul_ps(ah, _mm256_loadu_ps(x0 + i + 8)));
+      l1 = _mm256_add_ps(l1, _mm256_mul_ps(al, _mm256_loadu_ps(x1 + i)));
+      h1 = _mm256_add_ps(h1, _mm256_mul_ps(ah, _mm256_loadu_ps(x1 + i + 8)));
+      l2 = _mm256_add_ps(l2, _mm256_mul_ps(al, _mm256_loadu_ps(x2 + i)));
+      h2 = _mm256_add_ps(h2, _mm256_mul_ps(ah, _mm256_loadu_ps(x2 + i + 8)));
+      l3 = _mm256_add_ps(l3, _mm256_mul_ps(al, _mm256_loadu_ps(x3 + i)));
+      h3 = _mm256_add_ps(h3, _mm256_mul_ps(ah, _mm256_loadu_ps(x3 + i + 8)));
+    }
+    out[r] = tree16_avx2(l0, h0);
+    out[r + 1] = tree16_avx2(l1, h1);
+    out[r + 2] = tree16_avx2(l2, h2);
+    out[r + 3] = tree16_avx2(l3, h3);
+  }
+  for (; r < rows; ++r) {
+    const float* xr = x + r * ld;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int64_t i = 0; i < n; i += 16) {
+      lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(xr + i)));
+      hi =
+          _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(xr + i + 8)));
+    }
+    out[r] = tree16_avx2(lo, hi);
+  }
+}
+
+}  // namespace
+
+const VecVariant* vec(Isa level) {
+  static const VecVariant avx2 = {Isa::kAvx2, &dot_rows_avx2, &gdn_steps_avx2};
+  return level == Isa::kAvx2 || level == Isa::kAvx512 ? &avx2 : nullptr;
+}
+
+}  // namespace kev::arch
