@@ -23,7 +23,6 @@ namespace kev {
 namespace {
 
 constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMatrix's too)
-constexpr int64_t kBf16TileRows = 6;
 
 std::mutex note_mutex;
 std::string probe_note;

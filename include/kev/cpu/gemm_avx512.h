@@ -62,6 +62,8 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
 constexpr int64_t kInt8TileRows = 6;
 
 // ---- bf16 ----
+// The bf16 dot kernels read activations padded to whole tiles of this many rows.
+constexpr int64_t kBf16TileRows = 6;
 enum class Bf16Kernel {
   kNone,        // no dot-product kernel: the bf16 mode rounds activations and runs gemm.h
   kAvx512Bf16,  // vdpbf16ps

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu/arch.h"
+#include "cpu/arm64/tree16.h"
 
 namespace kev::head_kernels {
 
@@ -44,13 +45,8 @@ inline void store_part(float* p, const V& v, size_t n) {
   store(t, v);
   std::memcpy(p, t, n * sizeof(float));
 }
-// tree16: s8 = lanes (i, i+8) are quarters (0, 2) and (1, 3); s4 = (i, i+4) the two halves of
-// s8; s2 = (i, i+2) the halves of s4; then (0, 1).
 inline float reduce(const V& a) {
-  const float32x4_t s8lo = vaddq_f32(a.q[0], a.q[2]), s8hi = vaddq_f32(a.q[1], a.q[3]);
-  const float32x4_t s4 = vaddq_f32(s8lo, s8hi);
-  const float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
-  return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+  return arm64::tree16(a.q);
 }
 // 32 quad registers: four per 16-lane vector.
 constexpr size_t kMaxNq = 4;

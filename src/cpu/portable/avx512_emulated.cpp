@@ -11,7 +11,6 @@ namespace kev::portable {
 namespace {
 
 constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMatrix's too)
-constexpr int64_t kBf16TileRows = 6;
 
 namespace emu {
 using V = avx512::EmuOps;

@@ -12,7 +12,6 @@ namespace kev::x86 {
 namespace {
 
 constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMatrix's too)
-constexpr int64_t kBf16TileRows = 6;
 
 namespace vnni {
 using V = avx512::Avx512VnniOps;

@@ -2,6 +2,7 @@
 // (src/cpu/head_kernels_body.inc) over 16 lanes as two AVX2 ymm halves, or one AVX-512 zmm.
 #include "cpu/arch.h"
 #include "cpu/x86/target.h"
+#include "cpu/x86/tree16.h"
 
 namespace kev::head_kernels {
 
@@ -42,10 +43,7 @@ KEV_HEAD_TARGET inline void store_part(float* p, const V& v, size_t n) {
   _mm256_maskstore_ps(p + 8, mask8(nhi), v.hi);
 }
 KEV_HEAD_TARGET inline float reduce(const V& a) {
-  __m256 s8 = _mm256_add_ps(a.lo, a.hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+  return x86::tree16(a.lo, a.hi);
 }
 // 16 ymm registers: keep accumulators + operands within them.
 constexpr size_t kMaxNq = 4;
@@ -88,12 +86,9 @@ KEV_HEAD_TARGET inline void store_part(float* p, const V& v, size_t n) {
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v.x);
 }
 KEV_HEAD_TARGET inline float reduce(const V& a) {
-  __m256 lo = _mm512_castps512_ps256(a.x);
-  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.x), 1));
-  __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+  const __m256 lo = _mm512_castps512_ps256(a.x);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.x), 1));
+  return x86::tree16(lo, hi);
 }
 // 32 zmm registers: up to 16 accumulators per tile.
 constexpr size_t kMaxNq = 8;

@@ -5,6 +5,7 @@
 #include "cpu/arch.h"
 #include "cpu/portable/gdn_columns.h"
 #include "cpu/x86/target.h"
+#include "cpu/x86/tree16.h"
 
 namespace kev::arch {
 namespace {
@@ -72,15 +73,6 @@ KEV_AVX2 void gdn_steps_avx2(float* s, int64_t dk, int64_t dv, int64_t len, cons
                    t.v + n * t.qkv_stride, t.beta[n], t.o + n * t.o_stride, scratch.data());
 }
 
-// dot's lane tree on a 16-lane accumulator held as two ymm (lanes 0-7, 8-15): (l, l+8), then
-// (l, l+4), (l, l+2), (0, 1), each a single rounding as in tree16.
-KEV_AVX2 inline float tree16_avx2(__m256 lo, __m256 hi) {
-  const __m256 t = _mm256_add_ps(lo, hi);
-  const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-  const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
-  return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
-}
-
 // Four rows at a time against one vector: per row the 16 lane sums of dot (a product rounded,
 // then added, i ascending) and its tree. n must be a multiple of 16.
 KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
@@ -103,10 +95,10 @@ KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t 
       l3 = _mm256_add_ps(l3, _mm256_mul_ps(al, _mm256_loadu_ps(x3 + i)));
       h3 = _mm256_add_ps(h3, _mm256_mul_ps(ah, _mm256_loadu_ps(x3 + i + 8)));
     }
-    out[r] = tree16_avx2(l0, h0);
-    out[r + 1] = tree16_avx2(l1, h1);
-    out[r + 2] = tree16_avx2(l2, h2);
-    out[r + 3] = tree16_avx2(l3, h3);
+    out[r] = x86::tree16(l0, h0);
+    out[r + 1] = x86::tree16(l1, h1);
+    out[r + 2] = x86::tree16(l2, h2);
+    out[r + 3] = x86::tree16(l3, h3);
   }
   for (; r < rows; ++r) {
     const float* xr = x + r * ld;
@@ -116,7 +108,7 @@ KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t 
       hi =
           _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(xr + i + 8)));
     }
-    out[r] = tree16_avx2(lo, hi);
+    out[r] = x86::tree16(lo, hi);
   }
 }
 
