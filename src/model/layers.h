@@ -1,8 +1,9 @@
 // The layer math of the Qwen3.5 text forward (private to the model layer): embedding, the
 // per-layer norms, full attention, the gated-delta-net (GDN) mixer and the MLP over a batch of
 // segments, each continuing its own prefix state. Every kernel goes through the model's kernel
-// table (kernels.h) and every big projection through project() (projections.h); nothing here
-// names an instruction set. Model (model.cpp) cuts the work into batches and prefill steps.
+// table (kev/cpu/model_kernels.h) and every big projection through project() (projections.h);
+// nothing here names an instruction set. Model (model.cpp) cuts the work into batches and prefill
+// steps.
 #pragma once
 #include <cstdint>
 #include <vector>

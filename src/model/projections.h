@@ -2,7 +2,7 @@
 // which projections each fast mode reduces (the int8 class selection and its KEV_INT8_CLASSES
 // parser), their preparation at load time (quantization, packing, releasing the mapped BF16
 // pages of what was copied) and the one call the layer math makes per projection, which runs
-// through the model's kernel table (kernels.h).
+// through the model's kernel table (kev/cpu/model_kernels.h).
 #pragma once
 #include <cstdint>
 #include <memory>

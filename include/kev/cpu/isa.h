@@ -7,8 +7,9 @@
 // of operations), so the level changes speed only, never a number or a byte of a bundle, on any
 // architecture. The levels of one architecture are ordered (arch_isas(), lowest first); levels of
 // another architecture do not exist in this build. The runtime picks the best level this CPU
-// supports (CPUID / HWCAP, once per process). Environment variables may lower it, for tests and
-// benchmarks that exercise another machine's path:
+// supports (CPUID / HWCAP, once per process, in the CPU family's folder: src/cpu/arch.h).
+// Environment variables may lower it, for tests and benchmarks that exercise another machine's
+// path:
 //   KEV_ISA=<level>                               caps every family;
 //   KEV_GEMM_ISA, KEV_MERGE_ISA, KEV_HEAD_ISA     cap one family (and win over KEV_ISA).
 // "scalar" is accepted for "portable". A cap above what the CPU supports falls back to the best

@@ -1,9 +1,11 @@
-// Small vector kernels for the forward (private to the model layer).
+// Small vector kernels for the forward (the model reaches them through model_kernels.h).
 // Every function has a fixed order of operations independent of the instruction set: dot and
 // sum_sq keep 16 lane sums (lane l takes i = l, l+16, ...) with separate multiply and add, then
 // the fixed tree (l, l+8), (l, l+4), (l, l+2), (0, 1); elementwise ones have one rounding per
-// operation. On x86-64 they are compiled for AVX-512, AVX2 and baseline (target_clones) and give
-// bitwise-identical results on each.
+// operation. The plain loops are src/cpu/portable/vec.cpp (on x86-64 compiled for AVX-512, AVX2
+// and baseline, target_clones); dot_rows and gdn_steps have family forms (arch.h). Every form
+// gives bitwise-identical results.
+// Thread safety: every function may be called from any thread on disjoint outputs.
 #pragma once
 #include <cstdint>
 
@@ -14,7 +16,7 @@ namespace kev::vec {
 float dot(const float* a, const float* b, int64_t n);
 float sum_sq(const float* a, int64_t n);
 // out[r] = dot(a, x + r * ld, n) for r < rows, bit for bit; dot_rows runs the level the model
-// kernel table picks (kernels.h; AVX2 four rows at a time, NEON two, when n % 16 == 0),
+// kernel table picks (model_kernels.h; AVX2 four rows at a time, NEON two, when n % 16 == 0),
 // dot_rows_isa a given one (the CPU must support it).
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out);
 void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
