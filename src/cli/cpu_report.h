@@ -15,14 +15,14 @@
 namespace kev::cli {
 
 // "arch" is this build's architecture; "supported" its levels, then the extensions some kernels
-// use (x86-64: avx512_vnni, avx512_bf16; aarch64: dotprod, sve).
+// use (x86-64: avx512_vnni, avx512_bf16; aarch64: dotprod, sve; none on other targets).
 inline nlohmann::json cpu_report() {
   nlohmann::json supported = nlohmann::json::object();
   for (Isa isa : arch_isas()) supported[isa_name(isa)] = isa_supported(isa);
   if (std::string_view(arch_name()) == "aarch64") {
     supported["dotprod"] = cpu_has_arm_dotprod();
     supported["sve"] = cpu_has_arm_sve();
-  } else {
+  } else if (std::string_view(arch_name()) == "x86-64") {
     supported["avx512_vnni"] = cpu_has_avx512_vnni();
     supported["avx512_bf16"] = cpu_has_avx512_bf16();
   }
