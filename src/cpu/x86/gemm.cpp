@@ -318,7 +318,7 @@ KEV_AVX512 void lm_micro_avx512_x4(const float* a, const float* const* b, int64_
 }
 #undef KEV_LM_ROW
 
-// Batches of at least this many rows and outputs take the lane-major AVX2 path; below that
+// Batches of at least this many rows and outputs take the lane-major path; below that
 // packing would not pay for itself and the direct kernel runs.
 constexpr int64_t kPackMinRows = 6, kPackMinCols = 64;
 
