@@ -7,6 +7,7 @@
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/threads.h"
+#include "kev/cpu/gemm_int8.h"
 #include "kev/cpu/model_kernels.h"
 
 namespace kev {

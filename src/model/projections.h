@@ -9,8 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kev/cpu/gemm_avx512.h"
-#include "kev/cpu/gemm_int8.h"
+#include "kev/cpu/matrix.h"
 #include "kev/model/model.h"
 #include "kev/model/weights.h"
 
@@ -34,7 +33,7 @@ struct Int8Weights {
 // The projections kBf16 runs with BF16 activations, keyed like Int8Weights: the same selection
 // as int8's default (model.h), each entry a range of the matrix's output rows; the other rows
 // (and any projection not listed) run in exact FP32. Where the kernel table has a bf16 dot
-// kernel (the vdpbf16ps one, gemm_avx512.h) the range is also packed into its pair layout;
+// kernel (model_kernels.h: has_bf16_dot) the range is also packed into its pair layout;
 // otherwise it takes the rounding path of project().
 struct Bf16Part {
   int64_t row0 = 0, row1 = 0;
