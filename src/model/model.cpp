@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kev/core/error.h"
+#include "kev/formats/bundle_manifest.h"
 #include "kev/model/model.h"
 #include "model/layers.h"
 #include "model/projections.h"
@@ -79,6 +80,9 @@ void Model::set_options(const ForwardOptions& o) {
 }
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options) {
+  // An export bundle that records something this kev does not implement is refused here, so
+  // kev forward refuses it as kev score and serve do (a base model directory has no manifest).
+  if (has_bundle_manifest(model_dir)) read_bundle_manifest(model_dir);
   return std::make_unique<Model>(ModelWeights::load(model_dir), options);
 }
 
