@@ -200,6 +200,8 @@ const char* int8_kernel_name(Int8Kernel k) {
       return "avx512vnni";
     case Int8Kernel::kAvx512Emulated:
       return "avx512vnni-emulated";
+    case Int8Kernel::kNeon:
+      return "neon";
     default:
       return "portable";
   }
@@ -213,6 +215,8 @@ bool int8_kernel_supported(Int8Kernel k) {
       return isa_supported(Isa::kAvx512);
     case Int8Kernel::kAvx512Vnni:
       return cpu_has_avx512_vnni();
+    case Int8Kernel::kNeon:
+      return isa_supported(Isa::kNeon);
     default:
       return true;
   }
@@ -224,6 +228,8 @@ Int8Kernel int8_kernel_for(Isa isa) {
       return avx512_int8_variant();
     case Isa::kAvx2:
       return Int8Kernel::kAvx2;
+    case Isa::kNeon:
+      return Int8Kernel::kNeon;
     default:
       return Int8Kernel::kPortable;
   }

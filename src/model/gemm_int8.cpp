@@ -10,6 +10,7 @@
 #include "kev/core/kernel_order.h"
 #include "kev/core/threads.h"
 #include "kev/model/gemm_avx512.h"
+#include "model/gemm_int8_neon.h"
 
 #if KEV_X86
 #include <immintrin.h>
@@ -303,8 +304,8 @@ Isa best_int8_isa() {
   static const Isa best = [] {
     const Int8Kernel k = best_int8_kernel();
     if (k == Int8Kernel::kAvx512Vnni || k == Int8Kernel::kAvx512Bw) return Isa::kAvx512;
-    // AVX2 (or portable) below AVX-512 or where its probe failed; other architectures: portable
-    return isa_at_most(dispatch_isa("KEV_GEMM_ISA"), std::array{Isa::kAvx2});
+    // AVX2 (or portable) below AVX-512 or where its probe failed; aarch64: NEON (or portable)
+    return isa_at_most(dispatch_isa("KEV_GEMM_ISA"), std::array{Isa::kAvx2, Isa::kNeon});
   }();
   return best;
 }
@@ -342,6 +343,10 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
 #if KEV_X86
         else if (k == Int8Kernel::kAvx2)
           range_avx2(a, rows, w, y, ldy, g0, g1);
+#endif
+#if KEV_ARM64
+        else if (k == Int8Kernel::kNeon)
+          int8_range_neon(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
 #endif
         else
           int8_range_avx512(k, a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);

@@ -8,7 +8,7 @@ namespace kev {
 
 namespace {
 // The levels the vector kernels have besides portable: an AVX2 form, which AVX-512 CPUs run too,
-// and a NEON dot_rows (its gdn_steps is the portable loop).
+// and NEON dot_rows and gdn_steps.
 constexpr std::array kVecLevels = {Isa::kAvx2, Isa::kNeon};
 }  // namespace
 

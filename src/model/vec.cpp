@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kev/core/kernel_order.h"
+#include "model/gdn_neon.h"
 #include "model/kernels.h"
 
 #if KEV_X86
@@ -302,6 +303,8 @@ void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t 
 void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
 #if KEV_X86
   if (isa != Isa::kPortable) return gdn_steps_avx2(s, dk, dv, len, t);
+#elif KEV_ARM64
+  if (isa == Isa::kNeon) return gdn_steps_neon(s, dk, dv, len, t);
 #else
   (void)isa;
 #endif

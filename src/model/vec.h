@@ -35,8 +35,8 @@ void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float* k, const 
 // its own (step by step its m, delta and o involve only that column), so the AVX2 form runs the
 // sequence 32 columns at a time; per element the operations and their order are gdn_step's, so
 // the result is bit-identical to len calls of gdn_step. gdn_steps runs the level
-// model kernel table picks; gdn_steps_isa a given one (kPortable and kNeon: the gdn_step loop;
-// kAvx2 or kAvx512: the AVX2 form, which the CPU must support).
+// model kernel table picks; gdn_steps_isa a given one (kPortable: the gdn_step loop; kAvx2 or
+// kAvx512: the AVX2 form; kNeon: the 4-lane form of gdn_neon.h; the CPU must support it).
 struct GdnTokens {
   const float *q, *k, *v;
   int64_t qkv_stride;

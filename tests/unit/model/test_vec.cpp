@@ -63,15 +63,20 @@ TEST(Vec, GdnStepMatchesPlainUpdateBitwise) {
   }
 }
 
-// A sequence of steps (gdn_steps, run column block by column block on AVX2) against the plain
-// update token after token, bitwise, on every level this CPU runs; strided q/k/v and o as the
-// forward lays them out, head sizes with and without a partial 32-column block.
+// A sequence of steps (gdn_steps, run column block by column block on AVX2 and NEON) against
+// the plain update token after token, bitwise, on every level this CPU runs; strided q/k/v and o
+// as the forward lays them out, head sizes with and without a partial 32-column block, and
+// partial blocks of 1, 6, 7, 20 and 31 columns (NEON: a multiple of 4 or not, 1 to 8 vectors).
 TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
   for (Isa isa : supported_isas()) {
     for (auto [dk, dv, len] : {std::tuple<int64_t, int64_t, int64_t>{128, 128, 40},
                                {32, 96, 9},
                                {16, 70, 7},
                                {8, 20, 5},
+                               {12, 33, 4},
+                               {8, 7, 6},
+                               {4, 63, 3},
+                               {3, 1, 2},
                                {128, 128, 0}}) {
       std::mt19937 rng(static_cast<unsigned>(dk * 7 + dv + len));
       std::uniform_real_distribution<float> d(-1.0f, 1.0f), u01(0.0f, 1.0f);
