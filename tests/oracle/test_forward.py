@@ -3,7 +3,7 @@ reproducibility promises (prefix reuse, batching, GDN forms) and refusal of bad 
 
 Gates (frozen): max |h_native - h_ref| <= 1e-4 * max(1, |h_ref|) per value;
 prefix+row vs one row and row alone vs batched: identical; recurrent vs chunked GDN: <= 1e-5
-absolute (see REPORT in docs/performance.md "Backbone": FP32 reassociation, measured ~1e-6).
+absolute (see REPORT in docs/performance.md "Backbone parity": FP32 reassociation, measured ~1e-6).
 """
 import json
 import os
