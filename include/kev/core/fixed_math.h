@@ -19,7 +19,9 @@
 //     about 1.5 ulp + |y * log(x)| ulp (log(x)'s rounding scaled by y; the RoPE frequencies
 //     theta^(-2i/rot), theta <= 1e7: <= 16 ulp, measured 12.7, far below their float use).
 #pragma once
+#include <array>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -48,6 +50,12 @@ inline constexpr double kExp2Table[64] = {
     0x1.d5818dcfba487p+0, 0x1.da9e603db3285p+0, 0x1.dfc97337b9b5fp+0, 0x1.e502ee78b3ff6p+0,
     0x1.ea4afa2a490dap+0, 0x1.efa1bee615a27p+0, 0x1.f50765b6e4540p+0, 0x1.fa7c1819e90d8p+0,
 };
+// The same as bits (an integer table: a vectorizing compiler gathers from it).
+inline constexpr auto kExp2Bits = [] {
+  std::array<uint64_t, 64> bits{};
+  for (size_t j = 0; j < bits.size(); ++j) bits[j] = std::bit_cast<uint64_t>(kExp2Table[j]);
+  return bits;
+}();
 // Adding then subtracting 1.5 * 2^52 rounds a double of magnitude < 2^51 to an integer.
 inline constexpr double kRoundShifter = 0x1.8p52;
 inline constexpr double kInvLn2x64 = 0x1.71547652b82fep+6;  // 64 / ln 2
@@ -74,17 +82,21 @@ inline double pow2(int64_t e) {  // 2^e for -1022 <= e <= 1023
   return std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52);
 }
 
+// exp(r) - 1 for |r| <= ln2/128: Taylor to degree 5 (the first omitted term < 2^-54 relative).
+inline double expm1_poly(double r) {
+  return r +
+         r * r *
+             (0x1.0000000000000p-1 +
+              r * (0x1.5555555555555p-3 + r * (0x1.5555555555555p-5 + r * 0x1.1111111111111p-7)));
+}
+
 // exp(x) = 2^e * m with m in [0.99, 2.01): x = (64 e + j) ln2/64 + r, |r| <= ln2/128,
-// m = 2^(j/64) (1 + p(r)), p the Taylor polynomial of exp(r) - 1 to degree 5 (the first
-// omitted term is below 2^-54 relative). Valid for |x| < 2^40.
+// m = 2^(j/64) (1 + expm1_poly(r)). Valid for |x| < 2^40.
 inline double exp_mantissa(double x, int64_t& e) {
   int64_t n;
   const double kd = round_to_integer(x * kInvLn2x64, n);
   const double r = (x - kd * kLn2x64Hi) - kd * kLn2x64Lo;  // the first product is exact
-  const double p =
-      r + r * r *
-              (0x1.0000000000000p-1 +
-               r * (0x1.5555555555555p-3 + r * (0x1.5555555555555p-5 + r * 0x1.1111111111111p-7)));
+  const double p = expm1_poly(r);
   const double t = kExp2Table[n & 63];
   e = n >> 6;  // floor division (arithmetic shift)
   return t + t * p;
@@ -167,14 +179,27 @@ inline double cos_reduced(double hi, double lo) {
 }  // namespace fixed_math_detail
 
 // exp for float: the attention and pointer-head softmaxes, sigmoid, SiLU, softplus, GDN gates.
+// Branch-free (the special inputs are selected with bit masks), so a loop over an array
+// vectorizes (src/model/vec.cpp); every lane does the same IEEE operations, the same bits.
 inline float fixed_expf(float x) {
   namespace d = fixed_math_detail;
-  if (x != x) return x + x;
-  if (x > 0x1.62e42ep+6f) return std::numeric_limits<float>::infinity();  // exp > FLT_MAX
-  if (x < -104.0f) return 0.0f;  // exp < 2^-150: rounds to +0
-  int64_t e;
-  const double m = d::exp_mantissa(static_cast<double>(x), e);
-  return static_cast<float>(m * d::pow2(e));  // |e| <= 151: exact scaling in double
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t nan = 0u - static_cast<uint32_t>((bits & 0x7fffffffu) > 0x7f800000u);
+  // x > 0x1.62e42ep+6 (exp > FLT_MAX), +inf included; x < -104 (exp < 2^-150), -inf included.
+  const uint32_t over = 0u - static_cast<uint32_t>(static_cast<int32_t>(bits) > 0x42b17217);
+  const uint32_t under = 0u - static_cast<uint32_t>(bits > 0xc2d00000u);
+  const uint32_t special = nan | over | under;
+  const double xd = static_cast<double>(std::bit_cast<float>(bits & ~special));  // 0 if special
+  const double shifted = xd * d::kInvLn2x64 + d::kRoundShifter;
+  const int32_t n = static_cast<int32_t>(std::bit_cast<uint64_t>(shifted));  // round(x 64/ln2)
+  const double kd = shifted - d::kRoundShifter;
+  const double r = (xd - kd * d::kLn2x64Hi) - kd * d::kLn2x64Lo;  // the first product is exact
+  // 2^(n/64) = 2^(n >> 6) 2^((n & 63)/64): the exponent added to the table entry's bits.
+  const double t = std::bit_cast<double>(
+      d::kExp2Bits[n & 63] + (static_cast<uint64_t>(static_cast<int64_t>(n >> 6)) << 52));
+  const uint32_t y = std::bit_cast<uint32_t>(static_cast<float>(t + t * d::expm1_poly(r)));
+  const uint32_t special_value = (nan & (bits | 0x00400000u)) | (~nan & over & 0x7f800000u);
+  return std::bit_cast<float>((special & special_value) | (~special & y));
 }
 
 inline double fixed_exp(double x) {
