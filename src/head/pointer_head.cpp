@@ -8,6 +8,7 @@
 #include "head/head_kernels.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
+#include "kev/core/fixed_math.h"
 #include "kev/core/sha256.h"
 #include "kev/core/threads.h"
 #include "kev/formats/bundle_manifest.h"
@@ -285,7 +286,7 @@ void calibrate_logits(std::span<const float> logits, double temperature, std::sp
   }
   double sum = 0;
   for (size_t i = 0; i < n; ++i) {
-    z[i] = std::exp(z[i] - max);
+    z[i] = fixed_exp(z[i] - max);  // fixed_math.h: the same bits on every architecture
     sum += z[i];
   }
   for (size_t i = 0; i < n; ++i) probs[i] = static_cast<float>(z[i] / sum);

@@ -27,9 +27,9 @@ void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
     fail(ErrorKind::kBadInput, "{}: {} positions for {} tokens", what, positions.size(),
          ids.size());
   for (size_t i = 0; i < positions.size(); ++i)
-    if (positions[i] < 0 || positions[i] > (int64_t{1} << 40))
-      fail(ErrorKind::kBadInput, "{}: position {} at index {} is out of range", what, positions[i],
-           i);
+    if (positions[i] < 0 || positions[i] > kMaxPosition)
+      fail(ErrorKind::kBadInput, "{}: position {} at index {} is outside [0, {}]", what,
+           positions[i], i, kMaxPosition);
 }
 
 Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,

@@ -79,6 +79,27 @@ KEV_CLONES void scale(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
 
+KEV_CLONES void exp_shifted(float* y, float shift, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fixed_expf(y[i] - shift);
+}
+
+KEV_CLONES void silu(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = silu(y[i]);
+}
+
+KEV_CLONES void silu_mul(float* __restrict y, const float* __restrict u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = silu(y[i]) * u[i];
+}
+
+KEV_CLONES void mul_sigmoid(float* __restrict y, const float* __restrict g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * sigmoid(g[i]);
+}
+
+KEV_CLONES void scale_mul_silu(float* __restrict y, float a, const float* __restrict w,
+                               const float* __restrict g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * a * w[i] * silu(g[i]);
+}
+
 // Every value column j of the state is independent within a step (m[j], delta[j], o[j] and
 // column j of S involve only column j), so the step runs column block by column block, a block
 // of 64 columns with its m / delta / o held in fixed-size locals (vectorized without aliasing

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kev/core/fixed_math.h"
 #include "kev/core/isa.h"
 
 namespace kev::vec {
@@ -23,6 +24,22 @@ void axpy(float* y, float a, const float* x, int64_t n);  // y += a * x
 // y += a[r] * x_r for rows x_r = x + r * ld, r = 0 .. rows-1 in order (the repeated axpy).
 void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n);
 void scale(float* y, float a, int64_t n);  // y *= a
+
+// The elementwise activations, with fixed_expf (kev/core/fixed_math.h: the same bits on every
+// architecture). The array forms below apply exactly these per element (they vectorize; the
+// bits are the scalar ones).
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + fixed_expf(-x));
+}
+inline float silu(float x) {
+  return x / (1.0f + fixed_expf(-x));
+}
+void exp_shifted(float* y, float shift, int64_t n);     // y = exp(y - shift)
+void silu(float* y, int64_t n);                         // y = silu(y)
+void silu_mul(float* y, const float* u, int64_t n);     // y = silu(y) * u
+void mul_sigmoid(float* y, const float* g, int64_t n);  // y = y * sigmoid(g)
+// y = ((y * a) * w) * silu(g): the GDN output's gated RMSNorm once the norm's scale a is known.
+void scale_mul_silu(float* y, float a, const float* w, const float* g, int64_t n);
 
 // One recurrent gated-delta step on a state S[dk x dv] (row-major, row i = key dim i):
 //   S *= eg; m = S^T k; delta = beta (v - m); S += k delta^T; o = S^T q.
