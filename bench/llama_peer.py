@@ -21,7 +21,7 @@ What it does, all at bench time and outside the repository:
    - kev: `kev forward --threads T` on a 512-token row and on a 1-token row (both cold
      processes, after an untimed 1-token run that brings the bundle into the page cache);
      prefill tokens/s = 511 / (t512 - t1), i.e. the load and the first token cancel
-     (docs/performance.md, "Backbone on AVX2").
+     (docs/performance.md, "Peer benchmark: llama.cpp").
    - llama.cpp: `llama-bench -p 512 -n 0 -t T -r 1 -o json` (its prompt-processing tokens/s),
      with OMP_WAIT_POLICY from --llama-omp-wait-policy (llama.cpp's default unless told).
    Every run is under /usr/bin/time -v: peak RSS per configuration (max over rounds).

@@ -14,5 +14,8 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} "")
-# Test binaries (gtest_discover_tests runs them at build time) go through the emulator.
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static -L /usr/aarch64-linux-gnu)
+# Test binaries (gtest_discover_tests runs them at build time) go through the emulator, with
+# the multiarch arm64 libc (-L /: /lib/ld-linux-aarch64.so.1 and /lib/aarch64-linux-gnu, what
+# setup.sh installs as libc6:arm64): the cross toolchain's copy in /usr/aarch64-linux-gnu makes
+# pthread_create hang under qemu-aarch64 7.2, this one runs threads.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static -L /)

@@ -20,6 +20,10 @@ PACKAGES=(
   g++-aarch64-linux-gnu qemu-user-static file
   libssl-dev:arm64 libzip-dev:arm64 libfmt-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64
   libboost-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
+  # the arm64 C library qemu runs the binaries with (-L /): the cross toolchain's own copy in
+  # /usr/aarch64-linux-gnu (libc6-arm64-cross 2.36-8cross1) hangs in pthread_create under
+  # qemu-aarch64 7.2; the multiarch libc6:arm64 (2.36-9+deb12u14 here) does not
+  libc6:arm64
 )
 
 # The arm64 packages need the architecture enabled (once) before apt can see them.

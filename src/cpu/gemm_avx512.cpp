@@ -43,6 +43,8 @@ const char* int8_kernel_name(Int8Kernel k) {
       return "avx512vnni";
     case Int8Kernel::kAvx512Emulated:
       return "avx512vnni-emulated";
+    case Int8Kernel::kNeon:
+      return "neon";
     default:
       return "portable";
   }
@@ -56,6 +58,8 @@ bool int8_kernel_supported(Int8Kernel k) {
       return isa_supported(Isa::kAvx512);
     case Int8Kernel::kAvx512Vnni:
       return cpu_has_avx512_vnni();
+    case Int8Kernel::kNeon:
+      return isa_supported(Isa::kNeon);
     default:
       return true;
   }

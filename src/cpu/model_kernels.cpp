@@ -16,6 +16,8 @@ Isa int8_kernel_isa(Int8Kernel k) {
       return Isa::kAvx512;
     case Int8Kernel::kAvx2:
       return Isa::kAvx2;
+    case Int8Kernel::kNeon:
+      return Isa::kNeon;
     default:
       return Isa::kPortable;
   }

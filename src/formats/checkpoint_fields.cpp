@@ -12,6 +12,7 @@ namespace kev {
 namespace {
 
 using Json = nlohmann::json;
+using ManifestJson = nlohmann::ordered_json;  // manifests keep their key order (json_strict.h)
 
 // One inference field: its name, the values kev implements (as Python and as JSON spell them)
 // and why the rest is refused.
@@ -90,16 +91,17 @@ std::string shown(const PyValue& v) {
 }
 
 // Whether v nests at most `depth` containers deep (checked without unbounded recursion).
-bool shallow(const Json& v, int depth) {
+bool shallow(const ManifestJson& v, int depth) {
   if (v.is_primitive()) return true;
   if (depth == 0) return false;
-  return std::all_of(v.begin(), v.end(), [&](const Json& x) { return shallow(x, depth - 1); });
+  return std::all_of(v.begin(), v.end(),
+                     [&](const ManifestJson& x) { return shallow(x, depth - 1); });
 }
 
 // A JSON value for a message, shortened; deeply nested containers are named (dump() recurses).
-std::string shown(const Json& v) {
+std::string shown(const ManifestJson& v) {
   if (!shallow(v, 2)) return std::string("an ") + v.type_name();  // "an object", "an array"
-  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string s = v.dump(-1, ' ', false, ManifestJson::error_handler_t::replace);
   return s.size() > 80 ? s.substr(0, 80) + "..." : s;
 }
 
@@ -188,7 +190,7 @@ nlohmann::json checkpoint_fields_json(const CheckpointFields& f) {
               {"trainable_token_indices", nullptr}};
 }
 
-void check_bundle_supported(const nlohmann::json& m, const std::string& path) {
+void check_bundle_supported(const ManifestJson& m, const std::string& path) {
   if (!m.is_object()) fail(ErrorKind::kBadInput, "{} must hold a JSON object", path);
   static constexpr const char* kKnown[] = {
       "format",     "model",       "base",           "checkpoint", "reference",

@@ -4,14 +4,14 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
+#include "kev/core/fixed_math.h"
 #include "kev/core/sha256.h"
 #include "kev/core/threads.h"
 #include "kev/cpu/head_kernels.h"
-#include "kev/formats/checkpoint_fields.h"
+#include "kev/formats/bundle_manifest.h"
 #include "kev/formats/safetensors.h"
 
 namespace kev {
@@ -118,46 +118,26 @@ PointerHead PointerHead::from_safetensors(const std::string& path, double temper
 }
 
 PointerHead PointerHead::load_bundle(const std::string& dir) {
-  const std::string manifest_path = dir + "/kev_export.json";
+  const BundleManifest manifest = read_bundle_manifest(dir);
   const std::string head_path = dir + "/head.safetensors";
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(read_file(manifest_path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::kBadInput, "{} is not valid JSON: {}", manifest_path, e.what());
+  const std::optional<double> t = manifest.temperature();
+  if (!t) fail(ErrorKind::kBadInput, "{}: \"temperature\" is missing", manifest.path);
+  check_temperature(*t, manifest.path + " \"temperature\"");
+  if (auto recorded = manifest.output_sha256("head.safetensors")) {
+    std::string actual = sha256_file(head_path);
+    if (actual != *recorded)
+      fail(ErrorKind::kIntegrity,
+           "{} has SHA-256 {} but {} records {}; the bundle is damaged (re-export it)", head_path,
+           actual, manifest.path, *recorded);
   }
-  if (!manifest.is_object())
-    fail(ErrorKind::kBadInput, "{} must hold a JSON object", manifest_path);
-  // A bundle that says something this kev does not implement is refused, not run.
-  check_bundle_supported(manifest, manifest_path);
-  auto t = manifest.find("temperature");
-  if (t == manifest.end() || !t->is_number())
-    fail(ErrorKind::kBadInput, "{}: \"temperature\" is missing or not a number", manifest_path);
-  check_temperature(t->get<double>(), manifest_path + " \"temperature\"");
-
-  auto outputs = manifest.find("outputs");
-  if (outputs != manifest.end() && outputs->is_object()) {
-    auto h = outputs->find("head.safetensors");
-    if (h != outputs->end() && h->is_string()) {
-      std::string actual = sha256_file(head_path);
-      if (actual != h->get<std::string>())
-        fail(ErrorKind::kIntegrity,
-             "{} has SHA-256 {} but {} records {}; the bundle is damaged (re-export it)", head_path,
-             actual, manifest_path, h->get<std::string>());
-    }
-  }
-  PointerHead head = from_safetensors(head_path, t->get<double>());
-
-  auto dims = manifest.find("dimensions");
-  if (dims != manifest.end() && dims->is_object()) {
-    const std::pair<const char*, size_t> checks[2] = {{"hidden", head.hidden()},
-                                                      {"pointer", head.pointer_dim()}};
-    for (const auto& [key, actual] : checks) {
-      auto v = dims->find(key);
-      if (v != dims->end() && v->is_number_unsigned() && v->get<size_t>() != actual)
-        fail(ErrorKind::kBadInput, "{}: dimensions.{} is {} but {} has {}", manifest_path, key,
-             v->get<size_t>(), head_path, actual);
-    }
+  PointerHead head = from_safetensors(head_path, *t);
+  const std::pair<const char*, size_t> checks[2] = {{"hidden", head.hidden()},
+                                                    {"pointer", head.pointer_dim()}};
+  for (const auto& [key, actual] : checks) {
+    std::optional<uint64_t> recorded = manifest.dimension(key);
+    if (recorded && *recorded != actual)
+      fail(ErrorKind::kBadInput, "{}: dimensions.{} is {} but {} has {}", manifest.path, key,
+           *recorded, head_path, actual);
   }
   return head;
 }
@@ -306,7 +286,7 @@ void calibrate_logits(std::span<const float> logits, double temperature, std::sp
   }
   double sum = 0;
   for (size_t i = 0; i < n; ++i) {
-    z[i] = std::exp(z[i] - max);
+    z[i] = fixed_exp(z[i] - max);  // fixed_math.h: the same bits on every architecture
     sum += z[i];
   }
   for (size_t i = 0; i < n; ++i) probs[i] = static_cast<float>(z[i] / sum);

@@ -23,6 +23,8 @@
 #include <memory>
 
 #include "kev/core/bf16.h"
+#include "kev/core/error.h"
+#include "kev/core/fixed_math.h"
 #include "kev/core/threads.h"
 #include "kev/cpu/model_kernels.h"
 
@@ -31,15 +33,15 @@ namespace {
 
 constexpr float kL2Eps = 1e-6f;
 
-inline float sigmoid(float x) {
-  return 1.0f / (1.0f + std::exp(-x));
-}
-inline float silu(float x) {
-  return x / (1.0f + std::exp(-x));
-}
+// Every transcendental here is fixed_math.h's (correctly rounded float exp and log1p, double
+// sin, cos and pow in a fixed order; sigmoid and SiLU are vec.h's over them): libm's last bits
+// differ between architectures, these do not, so hidden states are byte-identical on x86-64
+// and aarch64.
+using vec::sigmoid;
+using vec::silu;
 // torch.nn.functional.softplus (beta 1, threshold 20).
 inline float softplus(float x) {
-  return x > 20.0f ? x : std::log1p(std::exp(x));
+  return x > 20.0f ? x : fixed_log1pf(fixed_expf(x));
 }
 
 // Scratch for one batch; sized once per call, so nothing is allocated per token or per layer.
@@ -154,17 +156,26 @@ class Runner {
       }
   }
 
+  // Positions are <= kMaxPosition (model.cpp checks), so angles stay within fixed_sin's range
+  // unless rope_theta < 1 (no real config): refused here rather than turned into NaN.
   void rope_tables(const std::vector<Segment>& segs) {
     const int64_t half = c_.rotary_dim / 2;
+    std::vector<double> inv_freq(z(half));
+    for (int64_t f = 0; f < half; ++f)
+      inv_freq[z(f)] = fixed_pow(
+          c_.rope_theta, -2.0 * static_cast<double>(f) / static_cast<double>(c_.rotary_dim));
+    const double max_freq = *std::max_element(inv_freq.begin(), inv_freq.end());
     for (const auto& s : segs)
-      for (int64_t i = 0; i < s.len; ++i)
+      for (int64_t i = 0; i < s.len; ++i) {
+        if (!(static_cast<double>(s.positions[z(i)]) * max_freq <= kFixedTrigMaxArg))
+          fail(ErrorKind::kUnsupported, "RoPE angle of position {} exceeds {} (rope_theta {})",
+               s.positions[z(i)], kFixedTrigMaxArg, c_.rope_theta);
         for (int64_t f = 0; f < half; ++f) {
-          double inv_freq = std::pow(
-              c_.rope_theta, -2.0 * static_cast<double>(f) / static_cast<double>(c_.rotary_dim));
-          double angle = static_cast<double>(s.positions[z(i)]) * inv_freq;
-          ws_.cos[z((s.offset + i) * half + f)] = static_cast<float>(std::cos(angle));
-          ws_.sin[z((s.offset + i) * half + f)] = static_cast<float>(std::sin(angle));
+          const double angle = static_cast<double>(s.positions[z(i)]) * inv_freq[z(f)];
+          ws_.cos[z((s.offset + i) * half + f)] = static_cast<float>(fixed_cos(angle));
+          ws_.sin[z((s.offset + i) * half + f)] = static_cast<float>(fixed_sin(angle));
         }
+      }
   }
 
   void add_into_x() {
@@ -190,9 +201,8 @@ class Runner {
     parallel_for(
         z(total_),
         [&](size_t r) {
-          for (int64_t i = static_cast<int64_t>(r) * i_dim; i < static_cast<int64_t>(r + 1) * i_dim;
-               ++i)
-            g[i] = silu(g[i]) * u[i];
+          const int64_t row = static_cast<int64_t>(r) * i_dim;
+          k_.silu_mul(g + row, u + row, i_dim);
         },
         threads_);
     gemm(g, i_dim, lw.down, ws_.mix.data());
@@ -265,11 +275,9 @@ class Runner {
               p[z(j)] = p[z(j)] * scale;
               mx = std::max(mx, p[z(j)]);
             }
+            k_.exp_shifted(p.data(), mx, n);
             float sum = 0.0f;
-            for (int64_t j = 0; j < n; ++j) {
-              p[z(j)] = std::exp(p[z(j)] - mx);
-              sum += p[z(j)];
-            }
+            for (int64_t j = 0; j < n; ++j) sum += p[z(j)];
             float* o = ao + t * nh * hd + hh * hd;
             std::fill(o, o + hd, 0.0f);
             for (int64_t j = 0; j < n; ++j) p[z(j)] = p[z(j)] / sum;
@@ -283,7 +291,7 @@ class Runner {
             }
             k_.axpy_rows(o, p.data() + past, vb + s.offset * kv_w + g * hd, kv_w, i + 1, hd);
             const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
-            for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
+            k_.mul_sigmoid(o, gate, hd);
           }
         },
         threads_);
@@ -345,7 +353,7 @@ class Runner {
                 const float* wj = wt[j];
                 for (int64_t ch = 0; ch < n; ++ch) out[ch] += wj[ch] * xr[ch];
               }
-              for (int64_t ch = 0; ch < n; ++ch) out[ch] = silu(out[ch]);
+              k_.silu(out, n);
             }
             return;
           }
@@ -380,7 +388,7 @@ class Runner {
           }
           for (int64_t hh = 0; hh < lv; ++hh) {
             float& a = ab[t * lv + hh];
-            a = -std::exp(gw.a_log[z(hh)]) * softplus(a + gw.dt_bias[z(hh)]);
+            a = -fixed_expf(gw.a_log[z(hh)]) * softplus(a + gw.dt_bias[z(hh)]);
             float& b = bb[t * lv + hh];
             b = sigmoid(b);
           }
@@ -438,7 +446,7 @@ class Runner {
             float* o = ob + t * vt + hh * dv;
             const float* zz = zb + t * vt + hh * dv;
             float inv = 1.0f / std::sqrt(k_.sum_sq(o, dv) / static_cast<float>(dv) + eps());
-            for (int64_t d = 0; d < dv; ++d) o[d] = o[d] * inv * gw.norm[z(d)] * silu(zz[d]);
+            k_.scale_mul_silu(o, inv, gw.norm.data(), zz, dv);
           }
         },
         threads_);
@@ -458,7 +466,7 @@ class Runner {
     const ModelKernels& k_ = model_kernels();
     std::vector<float> eg(z2(len)), beta(z2(len));
     for (int64_t t = 0; t < len; ++t) {
-      eg[z2(t)] = std::exp(h.g[t * h.gb_stride]);
+      eg[z2(t)] = fixed_expf(h.g[t * h.gb_stride]);
       beta[z2(t)] = h.beta[t * h.gb_stride];
     }
     k_.gdn_steps(s, dk, dv, len,
@@ -487,12 +495,12 @@ class Runner {
       }
       for (int64_t i = 0; i < n; ++i) {
         float* ui = u.data() + i * dv;  // becomes vnew_i
-        const float bi = beta(i), ei = std::exp(cum[z2(i)]);
+        const float bi = beta(i), ei = fixed_expf(cum[z2(i)]);
         std::fill(ui, ui + dv, 0.0f);
         for (int64_t d = 0; d < dk; ++d) k_.axpy(ui, k(i)[d], s + d * dv, dv);  // S^T k_i
         for (int64_t d = 0; d < dv; ++d) ui[d] = bi * (v(i)[d] - ei * ui[d]);
         for (int64_t j = 0; j < i; ++j) {
-          float aij = bi * k_.dot(k(i), k(j), dk) * std::exp(cum[z2(i)] - cum[z2(j)]);
+          float aij = bi * k_.dot(k(i), k(j), dk) * fixed_expf(cum[z2(i)] - cum[z2(j)]);
           k_.axpy(ui, -aij, u.data() + j * dv, dv);
         }
       }
@@ -500,17 +508,17 @@ class Runner {
       for (int64_t i = 0; i < n; ++i) {
         float* o = h.o + (c0 + i) * h.o_stride;
         std::fill(o, o + dv, 0.0f);
-        const float ei = std::exp(cum[z2(i)]);
+        const float ei = fixed_expf(cum[z2(i)]);
         for (int64_t d = 0; d < dk; ++d) k_.axpy(o, ei * q(i)[d], s + d * dv, dv);
         for (int64_t j = 0; j <= i; ++j) {
-          float qk = k_.dot(q(i), k(j), dk) * std::exp(cum[z2(i)] - cum[z2(j)]);
+          float qk = k_.dot(q(i), k(j), dk) * fixed_expf(cum[z2(i)] - cum[z2(j)]);
           k_.axpy(o, qk, u.data() + j * dv, dv);
         }
       }
       const float last = cum[z2(n - 1)];
-      k_.scale(s, std::exp(last), dk * dv);
+      k_.scale(s, fixed_expf(last), dk * dv);
       for (int64_t j = 0; j < n; ++j) {
-        const float ej = std::exp(last - cum[z2(j)]);
+        const float ej = fixed_expf(last - cum[z2(j)]);
         for (int64_t d = 0; d < dk; ++d) kd[z2(d)] = ej * k(j)[d];
         for (int64_t d = 0; d < dk; ++d) k_.axpy(s + d * dv, kd[z2(d)], u.data() + j * dv, dv);
       }

@@ -14,6 +14,9 @@
 namespace kev {
 
 inline constexpr int64_t kGdnChunk = kGdnChunkTokens;  // tokens per chunk of the chunked GDN form
+// The largest token position: RoPE angles (position * theta^(-2i/rot) <= position for theta
+// >= 1) stay within fixed_sin/fixed_cos's range (kFixedTrigMaxArg, fixed_math.h).
+inline constexpr int64_t kMaxPosition = int64_t{1} << 20;
 
 struct Segment {
   const PrefixState* from;  // the state this segment continues

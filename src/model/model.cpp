@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kev/core/error.h"
+#include "kev/formats/bundle_manifest.h"
 #include "kev/model/model.h"
 #include "model/layers.h"
 #include "model/projections.h"
@@ -26,9 +27,9 @@ void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
     fail(ErrorKind::kBadInput, "{}: {} positions for {} tokens", what, positions.size(),
          ids.size());
   for (size_t i = 0; i < positions.size(); ++i)
-    if (positions[i] < 0 || positions[i] > (int64_t{1} << 40))
-      fail(ErrorKind::kBadInput, "{}: position {} at index {} is out of range", what, positions[i],
-           i);
+    if (positions[i] < 0 || positions[i] > kMaxPosition)
+      fail(ErrorKind::kBadInput, "{}: position {} at index {} is outside [0, {}]", what,
+           positions[i], i, kMaxPosition);
 }
 
 Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,
@@ -79,6 +80,9 @@ void Model::set_options(const ForwardOptions& o) {
 }
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options) {
+  // An export bundle that records something this kev does not implement is refused here, so
+  // kev forward refuses it as kev score and serve do (a base model directory has no manifest).
+  if (has_bundle_manifest(model_dir)) read_bundle_manifest(model_dir);
   return std::make_unique<Model>(ModelWeights::load(model_dir), options);
 }
 

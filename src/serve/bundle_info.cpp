@@ -5,9 +5,8 @@
 #include <ctime>
 
 #include "kev/core/error.h"
-#include "kev/core/file.h"
+#include "kev/formats/bundle_manifest.h"
 #include "kev/serve/http_server.h"
-#include "kev/text/api.h"
 
 namespace kev {
 namespace {
@@ -22,42 +21,19 @@ std::string utc_date(const std::string& path) {
   return buf;
 }
 
-std::string model_of(const OrderedJson& manifest, const std::string& path) {
-  auto it = manifest.find("model");
-  if (!manifest.is_object() || it == manifest.end() || !it->is_string() ||
-      it->get<std::string>().empty())
-    fail(ErrorKind::kBadInput, "{}: \"model\" is missing or not a non-empty string", path);
-  return it->get<std::string>();
-}
-
 }  // namespace
 
 BundleInfo read_bundle_info(const std::string& bundle_dir) {
-  const std::string path = bundle_dir + "/" + "kev_export.json";
-  OrderedJson m = parse_json_strict(read_file(path), path);
+  const BundleManifest m = read_bundle_manifest(bundle_dir);
   BundleInfo info;
-  info.model = model_of(m, path);
-  auto repo = [&](const char* key) {
-    auto it = m.find(key);
-    if (it == m.end() || !it->is_object()) return std::string();
-    auto r = it->find("repo");
-    return r != it->end() && r->is_string() ? r->get<std::string>() : std::string();
-  };
-  info.base = repo("base");
-  info.run = repo("checkpoint");
+  info.model = m.model();
+  info.base = m.repo_of("base");
+  info.run = m.repo_of("checkpoint");
   if (info.run.empty()) info.run = info.model;
-  if (auto l = m.find("lora"); l != m.end() && l->is_object())
-    if (auto r = l->find("rank"); r != l->end() && r->is_number_integer())
-      info.lora_rank = r->get<int64_t>();
-  if (auto t = m.find("temperature"); t != m.end() && t->is_number())
-    info.temperature = t->get<double>();
+  info.lora_rank = m.lora_rank().value_or(0);
+  info.temperature = m.temperature().value_or(1.0);
   info.release_date = utc_date(bundle_dir + "/head.safetensors");
   return info;
-}
-
-std::string bundle_model_name(const std::string& bundle_dir) {
-  const std::string path = bundle_dir + "/" + "kev_export.json";
-  return model_of(parse_json_strict(read_file(path), path), path);
 }
 
 }  // namespace kev

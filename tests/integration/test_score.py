@@ -211,3 +211,19 @@ def test_default_and_older_manifests_still_score_the_same(bundle, tmp_path):
         d = edited_bundle(bundle, sub, edit)
         got = run_kev("score", "--bundle", d, input=ONE_REQUEST).stdout
         assert json.loads(got)["answers"] == json.loads(want)["answers"]
+
+
+@pytest.mark.parametrize("edit,needle", NEWER[:1] + NEWER[-2:], ids=["field", "dtype", "format"])
+def test_bundle_from_a_newer_kev_refused_by_forward(bundle, tmp_path, edit, needle):
+    """kev forward loads the backbone only, but a bundle's fields may change the backbone's inputs
+    (option isolation) or its arithmetic, so it is refused there too, before any output."""
+    d = edited_bundle(bundle, tmp_path, edit)
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps({"rows": [{"ids": [1, 2, 3]}]}))
+    out = tmp_path / "hidden.safetensors"
+    proc = run_kev("forward", "--bundle", d, "--input", rows, "--output", out, check=False)
+    assert proc.returncode == 5 and not out.exists(), proc.stderr
+    assert needle in proc.stderr and "kev_export.json" in proc.stderr, proc.stderr
+    # The unedited bundle runs (so the refusal above is the edit's doing).
+    proc = run_kev("forward", "--bundle", bundle, "--input", rows, "--output", out, check=False)
+    assert proc.returncode == 0 and out.exists(), proc.stderr

@@ -3,7 +3,7 @@ reproducibility promises (prefix reuse, batching, GDN forms) and refusal of bad 
 
 Gates (frozen): max |h_native - h_ref| <= 1e-4 * max(1, |h_ref|) per value;
 prefix+row vs one row and row alone vs batched: identical; recurrent vs chunked GDN: <= 1e-5
-absolute (see REPORT in docs/performance.md "Backbone": FP32 reassociation, measured ~1e-6).
+absolute (see REPORT in docs/performance.md "Backbone parity": FP32 reassociation, measured ~1e-6).
 """
 import json
 import os
@@ -216,6 +216,10 @@ def test_refuses_bad_input(tmp_path):
     assert proc.returncode != 0 and "vocabulary" in proc.stderr
     proc = forward(path, tmp_path, {"rows": [{"ids": [1, 2], "positions": [0]}]}, check=False)
     assert proc.returncode != 0 and "positions" in proc.stderr
+    # Positions stop at 2^20 (the range of the RoPE tables' exact sin/cos reduction).
+    forward(path, tmp_path, {"rows": [{"ids": [1, 2], "positions": [2**20 - 1, 2**20]}]})
+    proc = forward(path, tmp_path, {"rows": [{"ids": [1], "positions": [2**20 + 1]}]}, check=False)
+    assert proc.returncode != 0 and "outside [0, 1048576]" in proc.stderr
     assert not [f for f in os.listdir(tmp_path) if "kev-tmp" in f]
 
 

@@ -47,7 +47,8 @@
 namespace kev {
 
 // ---- int8 ----
-enum class Int8Kernel { kPortable, kAvx2, kAvx512Bw, kAvx512Vnni, kAvx512Emulated };
+// kNeon: the aarch64 kernel (src/cpu/arm64/gemm_int8.cpp), the int8 variant of the neon level.
+enum class Int8Kernel { kPortable, kAvx2, kAvx512Bw, kAvx512Vnni, kAvx512Emulated, kNeon };
 const char* int8_kernel_name(Int8Kernel k);  // "portable", "avx2", "avx512bw", "avx512vnni", ...
 bool int8_kernel_supported(Int8Kernel k);    // by this CPU (the emulation always)
 Int8Kernel best_int8_kernel();               // the dispatched variant, after the probe

@@ -14,9 +14,9 @@
 //   acc = fma(float(isum_b), sx[m][b] * sw[n][b], acc), acc starting at 0,
 // where isum_b = sum_k qx[m][k] * qw[n][k] over the block is an exact int32 (|isum| <= 32 *
 // 32767 * 127 < 2^31) and float() rounds to nearest even. That order depends on K only: an
-// output never depends on the batch, the thread split or the ISA (portable, AVX2 and the
-// AVX-512 BW / VNNI kernels of gemm_avx512.h are bitwise identical; an AVX-512 kernel that fails
-// its start-up probe is replaced by the AVX2 one for the process).
+// output never depends on the batch, the thread split or the ISA (portable, AVX2, the AVX-512
+// BW / VNNI kernels of gemm_avx512.h and the aarch64 NEON kernel are bitwise identical; an
+// AVX-512 kernel that fails its start-up probe is replaced by the AVX2 one for the process).
 #pragma once
 #include <cstddef>
 #include <cstdint>

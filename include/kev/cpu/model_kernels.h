@@ -43,6 +43,14 @@ class ModelKernels {
     vec::axpy_rows(y, a, x, ld, rows, n);
   }
   void scale(float* y, float a, int64_t n) const { vec::scale(y, a, n); }
+  // The elementwise activations over arrays (vec.h; fixed_math.h's exp, the same bits everywhere).
+  void exp_shifted(float* y, float shift, int64_t n) const { vec::exp_shifted(y, shift, n); }
+  void silu(float* y, int64_t n) const { vec::silu(y, n); }
+  void silu_mul(float* y, const float* u, int64_t n) const { vec::silu_mul(y, u, n); }
+  void mul_sigmoid(float* y, const float* g, int64_t n) const { vec::mul_sigmoid(y, g, n); }
+  void scale_mul_silu(float* y, float a, const float* w, const float* g, int64_t n) const {
+    vec::scale_mul_silu(y, a, w, g, n);
+  }
   void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
                 float* out) const {
     vec::dot_rows_isa(vec_, a, x, ld, rows, n, out);

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kev/core/fixed_math.h"
 #include "kev/cpu/isa.h"
 
 namespace kev::vec {
@@ -26,6 +27,22 @@ void axpy(float* y, float a, const float* x, int64_t n);  // y += a * x
 void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n);
 void scale(float* y, float a, int64_t n);  // y *= a
 
+// The elementwise activations, with fixed_expf (kev/core/fixed_math.h: the same bits on every
+// architecture). The array forms below apply exactly these per element (they vectorize; the
+// bits are the scalar ones).
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + fixed_expf(-x));
+}
+inline float silu(float x) {
+  return x / (1.0f + fixed_expf(-x));
+}
+void exp_shifted(float* y, float shift, int64_t n);     // y = exp(y - shift)
+void silu(float* y, int64_t n);                         // y = silu(y)
+void silu_mul(float* y, const float* u, int64_t n);     // y = silu(y) * u
+void mul_sigmoid(float* y, const float* g, int64_t n);  // y = y * sigmoid(g)
+// y = ((y * a) * w) * silu(g): the GDN output's gated RMSNorm once the norm's scale a is known.
+void scale_mul_silu(float* y, float a, const float* w, const float* g, int64_t n);
+
 // One recurrent gated-delta step on a state S[dk x dv] (row-major, row i = key dim i):
 //   S *= eg; m = S^T k; delta = beta (v - m); S += k delta^T; o = S^T q.
 // m and delta are scratch of length dv.
@@ -37,8 +54,9 @@ void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float* k, const 
 // its own (step by step its m, delta and o involve only that column), so the AVX2 form runs the
 // sequence 32 columns at a time; per element the operations and their order are gdn_step's, so
 // the result is bit-identical to len calls of gdn_step. gdn_steps runs the level
-// model kernel table picks; gdn_steps_isa a given one (kPortable and kNeon: the gdn_step loop;
-// kAvx2 or kAvx512: the AVX2 form, which the CPU must support).
+// model kernel table picks; gdn_steps_isa a given one (kPortable: the gdn_step loop; kAvx2 or
+// kAvx512: the AVX2 form; kNeon: the 4-lane form of src/cpu/arm64/vec.cpp; the CPU must support
+// it).
 struct GdnTokens {
   const float *q, *k, *v;
   int64_t qkv_stride;

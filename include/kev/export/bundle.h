@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "kev/formats/bundle_manifest.h"
 #include "kev/formats/checkpoint_fields.h"
 #include "kev/formats/torch_checkpoint.h"
 
 namespace kev {
 
 inline constexpr const char* kBundleFormat = kBundleFormatTag;
-inline constexpr const char* kManifestFile = "kev_export.json";
 inline constexpr const char* kHeadFile = "head.safetensors";
 inline constexpr const char* kIndexFile = "model.safetensors.index.json";
 inline constexpr const char* kCopiedBaseFiles[] = {"config.json", "tokenizer.json",

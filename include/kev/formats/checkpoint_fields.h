@@ -55,6 +55,6 @@ CheckpointFields read_checkpoint_fields(const PyValue& root, const std::string& 
 // filled in), quantization null, and adapter_config.json's trainable_token_indices null.
 nlohmann::json checkpoint_fields_json(const CheckpointFields& fields);
 
-void check_bundle_supported(const nlohmann::json& manifest, const std::string& path);
+void check_bundle_supported(const nlohmann::ordered_json& manifest, const std::string& path);
 
 }  // namespace kev

@@ -2,7 +2,8 @@
 // run any number of independent rows continuing from it.
 //
 // Contract:
-// - Model::load validates config and weights (see weights.h) and keeps the BF16 weights mapped.
+// - Model::load validates config and weights (see weights.h) and keeps the BF16 weights mapped;
+//   a directory with an export manifest must pass read_bundle_manifest (formats/bundle_manifest.h).
 // - Arithmetic is FP32 on BF16 weights, in the fixed orders documented in gemm.h / layers.cpp;
 //   a row's result never depends on which other rows run with it, in which order, or on the
 //   thread count. With GdnMode::kRecurrent (default), prefix + row gives bitwise the same hidden

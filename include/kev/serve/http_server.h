@@ -131,8 +131,7 @@ class HttpServer {
   std::shared_ptr<Impl> impl_;
 };
 
-// The served model's name from a bundle's manifest (kev_export.json "model").
-std::string bundle_model_name(const std::string& bundle_dir);
+// What GET /v1/models says of a bundle, from its manifest (formats/bundle_manifest.h).
 BundleInfo read_bundle_info(const std::string& bundle_dir);
 
 }  // namespace kev

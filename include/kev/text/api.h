@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kev/text/encoding.h"
-#include "kev/text/json_strict.h"
+#include "kev/core/json_strict.h"
 
 namespace kev {
 

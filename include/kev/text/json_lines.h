@@ -12,7 +12,7 @@
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
-#include "kev/text/json_strict.h"
+#include "kev/core/json_strict.h"
 
 namespace kev {
 

@@ -1,20 +1,8 @@
-// The aarch64 family's precision-mode kernels: none yet, so the int8 GEMM runs its portable
-// kernel and the bf16 mode rounds activations and runs the BF16 x FP32 GEMM (arch.h).
+// The aarch64 family's bf16 dot kernel: none yet, so the bf16 mode rounds activations and runs
+// the BF16 x FP32 GEMM (arch.h). The int8 GEMM's NEON kernel is arm64/gemm_int8.cpp.
 #include "cpu/arch.h"
 
 namespace kev::arch {
-
-Int8Kernel int8_kernel(Isa) {
-  return Int8Kernel::kPortable;
-}
-
-Int8Range int8_range(Int8Kernel) {
-  return nullptr;
-}
-
-QuantizeBlock quantize_block() {
-  return nullptr;
-}
 
 Bf16Kernel bf16_kernel(Isa) {
   return Bf16Kernel::kNone;

@@ -1,7 +1,8 @@
 // The vector kernels in their reference order (vec.h): plain loops, one rounding per operation
 // (-ffp-contract=off keeps every multiply and add separate), so any vectorization the compiler
-// does gives the same bits. A family's CMake fragment may ask for the loops to be compiled once per
-// target with KEV_CLONE_TARGETS (x86-64: AVX-512, AVX2 and the baseline, chosen at load time).
+// does gives the same bits (the activations' fixed_expf is branch-free for that reason). A family's
+// CMake fragment may ask for the loops to be compiled once per target with KEV_CLONE_TARGETS
+// (x86-64: AVX-512, AVX2 and the baseline, chosen at load time).
 #include "kev/cpu/vec.h"
 
 #include "cpu/kernel_order.h"
@@ -68,6 +69,27 @@ KEV_CLONES void axpy_rows(float* y, const float* a, const float* x, int64_t ld, 
 
 KEV_CLONES void scale(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+KEV_CLONES void exp_shifted(float* y, float shift, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fixed_expf(y[i] - shift);
+}
+
+KEV_CLONES void silu(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = silu(y[i]);
+}
+
+KEV_CLONES void silu_mul(float* __restrict y, const float* __restrict u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = silu(y[i]) * u[i];
+}
+
+KEV_CLONES void mul_sigmoid(float* __restrict y, const float* __restrict g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * sigmoid(g[i]);
+}
+
+KEV_CLONES void scale_mul_silu(float* __restrict y, float a, const float* __restrict w,
+                               const float* __restrict g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * a * w[i] * silu(g[i]);
 }
 
 KEV_CLONES void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float* k, const float* q,

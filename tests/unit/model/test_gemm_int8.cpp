@@ -105,5 +105,28 @@ TEST(GemmInt8, BitwiseAcrossIsaBatchAndThreads) {
       }
 }
 
+// Every level against portable, bitwise, on shapes that reach each tile edge of every kernel: K a
+// multiple of the block or not (a zero-padded last block), row counts below, at and past the
+// tiles (AVX2 6 rows, NEON 4), outputs short of, at and past a 16-output group. One thread, so
+// it also runs where the emulator cannot start threads (scripts/test_aarch64.sh).
+TEST(GemmInt8, TileEdgesBitwiseOnEveryIsa) {
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                         {3, 31, 17},
+                         {4, 32, 16},
+                         {5, 33, 15},
+                         {6, 64, 32},
+                         {7, 95, 33},
+                         {9, 130, 7}}) {
+    Problem p = gemm_test::make_uniform(m, k, n, static_cast<unsigned>(m * 1000 + k + n));
+    Int8Matrix q = quantize_int8(p.mat(), 1);
+    const std::vector<float> ref = run(p, q, Isa::kPortable, 1);
+    for (Isa isa : supported_isas()) {
+      const std::vector<float> y = run(p, q, isa, 1);
+      ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+          << isa_name(isa) << " m=" << m << " k=" << k << " n=" << n;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kev

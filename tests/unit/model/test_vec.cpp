@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -63,15 +66,20 @@ TEST(Vec, GdnStepMatchesPlainUpdateBitwise) {
   }
 }
 
-// A sequence of steps (gdn_steps, run column block by column block on AVX2) against the plain
-// update token after token, bitwise, on every level this CPU runs; strided q/k/v and o as the
-// forward lays them out, head sizes with and without a partial 32-column block.
+// A sequence of steps (gdn_steps, run column block by column block on AVX2 and NEON) against
+// the plain update token after token, bitwise, on every level this CPU runs; strided q/k/v and o
+// as the forward lays them out, head sizes with and without a partial 32-column block, and
+// partial blocks of 1, 6, 7, 20 and 31 columns (NEON: a multiple of 4 or not, 1 to 8 vectors).
 TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
   for (Isa isa : supported_isas()) {
     for (auto [dk, dv, len] : {std::tuple<int64_t, int64_t, int64_t>{128, 128, 40},
                                {32, 96, 9},
                                {16, 70, 7},
                                {8, 20, 5},
+                               {12, 33, 4},
+                               {8, 7, 6},
+                               {4, 63, 3},
+                               {3, 1, 2},
                                {128, 128, 0}}) {
       std::mt19937 rng(static_cast<unsigned>(dk * 7 + dv + len));
       std::uniform_real_distribution<float> d(-1.0f, 1.0f), u01(0.0f, 1.0f);
@@ -166,6 +174,38 @@ TEST(Vec, AxpyRowsMatchesRepeatedUpdateBitwise) {
     vec::axpy_rows(y.data(), a.data(), x.data(), ld, rows, n);
     ASSERT_EQ(y, want) << "rows=" << rows << " n=" << n;
   }
+}
+
+// The array activations (vectorized where the compiler can: AVX-512 / AVX2 clones on x86-64)
+// against the scalar ones, bitwise, over a dense range and the special values.
+TEST(Vec, ActivationsOverArraysMatchScalarBitwise) {
+  std::vector<float> x;
+  for (float v = -120.0f; v < 120.0f; v += 0.0137f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72283f, 88.7229f, -103.97f, -104.5f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max()})
+    x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> u(x.rbegin(), x.rend());
+  auto same = [](float a, float b) {
+    return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+  };
+  std::vector<float> y = x;
+  vec::exp_shifted(y.data(), 0.5f, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same(y[i], fixed_expf(x[i] - 0.5f))) << x[i];
+  y = x;
+  vec::silu(y.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same(y[i], vec::silu(x[i]))) << x[i];
+  y = x;
+  vec::silu_mul(y.data(), u.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same(y[i], vec::silu(x[i]) * u[i])) << x[i];
+  y = x;
+  vec::mul_sigmoid(y.data(), u.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same(y[i], x[i] * vec::sigmoid(u[i]))) << x[i];
+  y = x;
+  vec::scale_mul_silu(y.data(), 0.3f, u.data(), x.data(), n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_TRUE(same(y[i], x[i] * 0.3f * u[i] * vec::silu(x[i]))) << x[i];
 }
 
 }  // namespace

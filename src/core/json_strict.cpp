@@ -1,5 +1,5 @@
-// The strict JSON reader (kev/text/json_strict.h).
-#include "kev/text/json_strict.h"
+// The strict JSON reader (kev/core/json_strict.h).
+#include "kev/core/json_strict.h"
 
 #include <fmt/format.h>
 

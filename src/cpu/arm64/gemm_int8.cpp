@@ -1,0 +1,132 @@
+// The aarch64 int8 GEMM variant (gemm_int8.h's order, bit for bit): a NEON kernel of 4
+// activation rows x 16 outputs (one packed group), run by the neon level on every aarch64 CPU.
+//
+// The block sums are exact int32 (int16 activation x
+// sign-extended int8 weight, widening multiply-accumulate SMLAL / SMLAL2 by element; integer sums
+// do not depend on their order, and |isum| <= 32 * 32767 * 127 < 2^31 never overflows), then per
+// block in ascending order float(isum) (SCVTF, round to nearest even), sx * sw (FMUL) and one
+// fused multiply-add (FMLA, the portable std::fma). SDOT does not fit: it multiplies int8 by int8
+// and the activations are int16 (a byte split would need two SDOTs and a correction, and dotprod
+// is not part of every ARMv8-A CPU), so this kernel runs on every aarch64 CPU.
+// Thread safety: reentrant (writes only its outputs).
+
+#include <arm_neon.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/arch.h"
+#include "cpu/int8_layout.h"
+
+namespace kev::arch {
+namespace {
+
+constexpr int kRows = 4;  // activation rows per tile
+using int8_layout::kGroup;
+using int8_layout::kPairs;
+
+// The weights of one pair of k for the group's 16 outputs, sign-extended to int16: e = even k,
+// o = odd k; lo = outputs 0-7, hi = outputs 8-15 (the packed pair is [16 outputs][2], so LD2
+// splits it into the even and the odd k).
+struct PairWeights {
+  int16x8_t e_lo, e_hi, o_lo, o_hi;
+};
+
+inline PairWeights load_pair(const int8_t* p) {
+  const int8x16x2_t v = vld2q_s8(p);
+  return {vmovl_s8(vget_low_s8(v.val[0])), vmovl_high_s8(v.val[0]), vmovl_s8(vget_low_s8(v.val[1])),
+          vmovl_high_s8(v.val[1])};
+}
+
+// acc[c] (outputs 4c .. 4c+3) += the pair's weights times the activations x[2L] (even k) and
+// x[2L+1] (odd k) of one row, products widened to int32 (exact).
+template <int L>
+inline void pair_step(int32x4_t (&acc)[4], int16x8_t x, const PairWeights& w) {
+  acc[0] = vmlal_laneq_s16(acc[0], vget_low_s16(w.e_lo), x, 2 * L);
+  acc[1] = vmlal_high_laneq_s16(acc[1], w.e_lo, x, 2 * L);
+  acc[2] = vmlal_laneq_s16(acc[2], vget_low_s16(w.e_hi), x, 2 * L);
+  acc[3] = vmlal_high_laneq_s16(acc[3], w.e_hi, x, 2 * L);
+  acc[0] = vmlal_laneq_s16(acc[0], vget_low_s16(w.o_lo), x, 2 * L + 1);
+  acc[1] = vmlal_high_laneq_s16(acc[1], w.o_lo, x, 2 * L + 1);
+  acc[2] = vmlal_laneq_s16(acc[2], vget_low_s16(w.o_hi), x, 2 * L + 1);
+  acc[3] = vmlal_high_laneq_s16(acc[3], w.o_hi, x, 2 * L + 1);
+}
+
+// Pairs 4t .. 4t+3 of a block for every row: one load of 8 activations (4 pairs) per row.
+template <int L>
+inline void pairs_step(int32x4_t (&acc)[kRows][4], const int16x8_t (&x)[kRows], const int8_t* wb) {
+  const PairWeights w = load_pair(wb + L * kGroup * 2);
+  for (int r = 0; r < kRows; ++r) pair_step<L>(acc[r], x[r], w);
+}
+
+// kRows rows (x[r], scales sx[r]) x the 16 outputs of one group (weights w, scales sw, both
+// [block][..]) into out [kRows][16]: per block the exact int32 sums, then per output
+// f = fma(float(isum), sx * sw, f) in ascending block order.
+void micro_neon(const int16_t* const (&x)[kRows], const float* const (&sx)[kRows], int64_t blocks,
+                const int8_t* w, const float* sw, float* out) {
+  float32x4_t f[kRows][4];
+  for (auto& r : f)
+    for (auto& c : r) c = vdupq_n_f32(0.0f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    int32x4_t acc[kRows][4];
+    for (auto& r : acc)
+      for (auto& c : r) c = vdupq_n_s32(0);
+    const int8_t* wb = w + b * kPairs * kGroup * 2;
+    for (int64_t t = 0; t < kPairs / 4; ++t) {
+      int16x8_t xv[kRows];
+      for (int r = 0; r < kRows; ++r) xv[r] = vld1q_s16(x[r] + b * kQuantBlock + 8 * t);
+      const int8_t* wt = wb + 4 * t * kGroup * 2;
+      pairs_step<0>(acc, xv, wt);
+      pairs_step<1>(acc, xv, wt);
+      pairs_step<2>(acc, xv, wt);
+      pairs_step<3>(acc, xv, wt);
+    }
+    for (int c = 0; c < 4; ++c) {
+      const float32x4_t s = vld1q_f32(sw + b * kGroup + 4 * c);
+      for (int r = 0; r < kRows; ++r)
+        f[r][c] = vfmaq_f32(f[r][c], vcvtq_f32_s32(acc[r][c]), vmulq_f32(vdupq_n_f32(sx[r][b]), s));
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < 4; ++c) vst1q_f32(out + r * kGroup + 4 * c, f[r][c]);
+}
+
+void int8_range_neon(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
+                     const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const int64_t group_q = w.blocks * kPairs * kGroup * 2, group_s = w.blocks * kGroup;
+  float out[kRows * kGroup];
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t nr = std::min(kGroup, w.rows - g * kGroup);
+    for (int64_t m = 0; m < rows; m += kRows) {
+      const int64_t mr = std::min<int64_t>(kRows, rows - m);
+      // A tile past the last row repeats row m (its outputs are dropped), so no padding is read.
+      const int16_t* xr[kRows];
+      const float* sr[kRows];
+      for (int64_t i = 0; i < kRows; ++i) {
+        const int64_t r = i < mr ? m + i : m;
+        xr[i] = xq + r * kp;
+        sr[i] = sx + r * w.blocks;
+      }
+      micro_neon(xr, sr, w.blocks, w.q.data() + g * group_q, w.scale.data() + g * group_s, out);
+      for (int64_t i = 0; i < mr; ++i)
+        std::memcpy(y + (m + i) * ldy + g * kGroup, out + i * kGroup,
+                    static_cast<size_t>(nr) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+Int8Kernel int8_kernel(Isa level) {
+  return level == Isa::kNeon ? Int8Kernel::kNeon : Int8Kernel::kPortable;
+}
+
+Int8Range int8_range(Int8Kernel k) {
+  return k == Int8Kernel::kNeon ? &int8_range_neon : nullptr;
+}
+
+QuantizeBlock quantize_block() {
+  return nullptr;  // the portable quantizer (no NEON form yet)
+}
+
+}  // namespace kev::arch
