@@ -3,7 +3,7 @@
 # binary and each kernel level it offers
 # (`kev cpu`: every supported level of its architecture, forced with KEV_ISA), it exports the
 # same synthetic checkpoint (bundle bytes: the LoRA merge), runs `kev forward` on fixed token
-# rows (hidden states: the model GEMMs and vector kernels; fp32 with both GDN forms and int8)
+# rows (hidden states: the model GEMMs and vector kernels; fp32 with both GDN forms, int8, bf16)
 # and `kev score` on fixed requests (answers and probabilities: the pointer head, fp32 and int8).
 # Within a binary every level must give the same bytes as its first level, in every output,
 # and across the binaries every output must be byte-identical too: bundles, hidden states and
@@ -17,8 +17,16 @@ work=${3:-$(mktemp -d -t kev-cross.XXXXXX)}
 mkdir -p "$work"
 here=$(cd "$(dirname "$0")/.." && pwd)
 
-# Inputs, made once by the first binary (synth is not a kernel path; its bytes are checked too).
+# Inputs, made by the first binary. synth is not a kernel path, but its bytes are checked too:
+# the second binary makes the same checkpoint, which must be identical file for file.
 "$kev_a" synth --quiet --out "$work/synth" --seed 7
+"$kev_b" synth --quiet --out "$work/synth-b" --seed 7
+tree_sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
+if ! cmp -s <(tree_sums "$work/synth") <(tree_sums "$work/synth-b"); then
+  echo "cross_arch: the two binaries' synth checkpoints differ:" >&2
+  diff <(tree_sums "$work/synth") <(tree_sums "$work/synth-b") >&2 || true
+  exit 1
+fi
 "$kev_a" pin --quiet --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" \
   --out "$work/recipe.json"
 python3 - "$work" <<'PY'
@@ -73,7 +81,7 @@ run_all() {
   [ "$isa" = avx512 ] && bf16_env=(KEV_GEMM_ISA=avx2)
   env KEV_ISA="$isa" "${bf16_env[@]}" "$@" "$kev" forward --quiet --bundle "$out/bundle" \
     --input "$work/forward.json" --output "$out/forward-bf16.safetensors" --precision bf16
-  (cd "$out" && find . -type f | sort | xargs sha256sum) >"$out.sums"
+  tree_sums "$out" >"$out.sums"
 }
 
 levels() {  # the supported levels of a binary's architecture, from `kev cpu`
@@ -148,5 +156,5 @@ for side in a b; do
     fi
   fi
 done
-[ "$status" = 0 ] && echo "cross_arch: every level of both binaries gives identical bytes: bundles, hidden states (fp32 both GDN forms, int8, bf16) and scores" >&2
+[ "$status" = 0 ] && echo "cross_arch: every level of both binaries gives identical bytes: synth checkpoints, bundles, hidden states (fp32 both GDN forms, int8, bf16) and scores" >&2
 exit "$status"

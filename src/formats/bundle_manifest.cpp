@@ -60,16 +60,22 @@ std::optional<uint64_t> BundleManifest::dimension(const std::string& key) const 
 
 std::string BundleManifest::repo_of(const char* section) const {
   auto it = doc.find(section);
-  if (it == doc.end() || !it->is_object()) return "";
+  if (it == doc.end()) return "";
+  if (!it->is_object()) fail(ErrorKind::kBadInput, "{}: \"{}\" is not an object", path, section);
   auto repo = it->find("repo");
-  return repo != it->end() && repo->is_string() ? repo->get<std::string>() : "";
+  if (repo == it->end()) return "";
+  if (!repo->is_string()) fail(ErrorKind::kBadInput, "{}: {}.repo is not a string", path, section);
+  return repo->get<std::string>();
 }
 
 std::optional<int64_t> BundleManifest::lora_rank() const {
   auto it = doc.find("lora");
-  if (it == doc.end() || !it->is_object()) return std::nullopt;
+  if (it == doc.end()) return std::nullopt;
+  if (!it->is_object()) fail(ErrorKind::kBadInput, "{}: \"lora\" is not an object", path);
   auto rank = it->find("rank");
-  if (rank == it->end() || !rank->is_number_integer()) return std::nullopt;
+  if (rank == it->end()) return std::nullopt;
+  if (!rank->is_number_integer())
+    fail(ErrorKind::kBadInput, "{}: lora.rank is not an integer", path);
   return rank->get<int64_t>();
 }
 

@@ -156,8 +156,9 @@ class Runner {
       }
   }
 
-  // Positions are <= kMaxPosition (model.cpp checks), so angles stay within fixed_sin's range
-  // unless rope_theta < 1 (no real config): refused here rather than turned into NaN.
+  // Positions, explicit or implicit, are <= kMaxPosition (model.cpp checks), so angles stay
+  // within fixed_sin's range unless rope_theta < 1 (no real config): refused here rather than
+  // turned into NaN.
   void rope_tables(const std::vector<Segment>& segs) {
     const int64_t half = c_.rotary_dim / 2;
     std::vector<double> inv_freq(z(half));

@@ -16,8 +16,10 @@ constexpr int64_t kRowBatchTokens = 4096;     // tokens per run_rows batch (boun
 constexpr size_t kPrefillChunkTokens = 2048;  // tokens per extend step (a multiple of kGdnChunk)
 static_assert(kPrefillChunkTokens % kGdnChunk == 0);
 
+// Explicit positions, or (where none are given) the implicit ones start + i, start being the
+// prefix's length, must lie in [0, kMaxPosition] (the range of the RoPE tables' sin/cos).
 void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
-               const std::vector<int64_t>& positions, const std::string& what) {
+               const std::vector<int64_t>& positions, int64_t start, const std::string& what) {
   if (ids.empty()) fail(ErrorKind::kBadInput, "{} has no tokens", what);
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= c.vocab)
@@ -30,6 +32,12 @@ void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
     if (positions[i] < 0 || positions[i] > kMaxPosition)
       fail(ErrorKind::kBadInput, "{}: position {} at index {} is outside [0, {}]", what,
            positions[i], i, kMaxPosition);
+  const auto n = static_cast<int64_t>(ids.size());
+  if (positions.empty() && start + n - 1 > kMaxPosition) {
+    const int64_t i = std::max<int64_t>(0, kMaxPosition + 1 - start);  // the first one beyond
+    fail(ErrorKind::kBadInput, "{}: position {} at index {} is outside [0, {}]", what, start + i, i,
+         kMaxPosition);
+  }
 }
 
 Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,
@@ -114,7 +122,7 @@ PrefixState Model::empty_state() const {
 PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& ids,
                           const std::vector<int64_t>& positions, std::vector<float>* hidden) const {
   check_state(config(), from);
-  check_ids(config(), ids, positions, "prefix");
+  check_ids(config(), ids, positions, from.length, "prefix");
   // A long prefix runs in chunks of kPrefillChunkTokens (a multiple of the GDN chunk), each
   // continuing the state of the one before: the workspace stays bounded, and by the prefix
   // contract (prefix + row == one pass) the result is the same as one pass.
@@ -153,7 +161,7 @@ std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& pr
     // Rows mostly share a few prefixes: check each distinct one once.
     if (r == 0 || prefixes[r] != prefixes[r - 1]) check_state(config(), *prefixes[r]);
     std::string what = "row " + std::to_string(r);
-    check_ids(config(), rows[r].ids, rows[r].positions, what);
+    check_ids(config(), rows[r].ids, rows[r].positions, prefixes[r]->length, what);
     for (int64_t i : rows[r].readout)
       if (i < 0 || i >= static_cast<int64_t>(rows[r].ids.size()))
         fail(ErrorKind::kBadInput, "{}: readout index {} is outside the row of {} tokens", what, i,

@@ -217,7 +217,10 @@ def test_refuses_bad_input(tmp_path):
     proc = forward(path, tmp_path, {"rows": [{"ids": [1, 2], "positions": [0]}]}, check=False)
     assert proc.returncode != 0 and "positions" in proc.stderr
     # Positions stop at 2^20 (the range of the RoPE tables' exact sin/cos reduction).
-    forward(path, tmp_path, {"rows": [{"ids": [1, 2], "positions": [2**20 - 1, 2**20]}]})
+    edge = forward(path, tmp_path, {"rows": [{"ids": [1, 2], "positions": [2**20 - 1, 2**20]}]})["row.0"]
+    assert torch.isfinite(edge).all()
+    tc, w = ref.load_model_dir(path)
+    gate(edge, ref.Reference(tc, w).forward([1, 2], [2**20 - 1, 2**20]), "tiny/positions-at-2^20")
     proc = forward(path, tmp_path, {"rows": [{"ids": [1], "positions": [2**20 + 1]}]}, check=False)
     assert proc.returncode != 0 and "outside [0, 1048576]" in proc.stderr
     assert not [f for f in os.listdir(tmp_path) if "kev-tmp" in f]

@@ -6,7 +6,9 @@
 // (core/json_strict.h: duplicate keys refused), and refuses, naming the file, a manifest that is
 // missing, not JSON or not an object (Error kBadInput), or that records anything this kev does
 // not implement (check_bundle_supported, checkpoint_fields.h: Error kUnsupported). The typed
-// accessors refuse a present key of the wrong type (kBadInput). `kev verify` reads the manifest
+// accessors refuse a present key of the wrong type (kBadInput, naming the file and key): a
+// section ("outputs", "dimensions", "base", "checkpoint", "lora") that is not an object, or a
+// value inside one of the wrong type. `kev verify` reads the manifest
 // itself (export/bundle.h): there a damaged manifest is an integrity failure, and verify checks
 // hashes whatever the bundle's fields say. Thread-safe (no shared state).
 #pragma once
@@ -28,8 +30,9 @@ struct BundleManifest {
   std::optional<double> temperature() const;  // "temperature": a number, if present
   std::optional<std::string> output_sha256(const std::string& file) const;  // outputs.<file>
   std::optional<uint64_t> dimension(const std::string& key) const;          // dimensions.<key>
-  std::string repo_of(const char* section) const;  // <section>.repo ("base", "checkpoint"), or ""
-  std::optional<int64_t> lora_rank() const;        // lora.rank, if present
+  // <section>.repo ("base", "checkpoint"), or "" where the section or its repo is absent
+  std::string repo_of(const char* section) const;
+  std::optional<int64_t> lora_rank() const;  // lora.rank (an integer), if present
 };
 
 BundleManifest read_bundle_manifest(const std::string& bundle_dir);

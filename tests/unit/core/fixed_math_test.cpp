@@ -258,6 +258,47 @@ TEST(FixedMath, GoldenDoubleValuesWithinOneUlp) {
     EXPECT_TRUE(within(fixed_sin(g.x), g.sin)) << g.x;
     EXPECT_TRUE(within(fixed_cos(g.x), g.cos)) << g.x;
   }
+  // The hardest arguments for the reduction by pi/2: the doubles below 2^20 nearest a multiple
+  // k pi/2, where sin or cos is tiny and every bit of the reduced argument matters. Found by
+  // an exhaustive search over k = 1 .. 2^20 / (pi/2) (integer arithmetic with pi to 300 bits),
+  // keeping the smallest |x - k pi/2| / x, one per mantissa, plus 29 pi/2 and 409102 pi/2 =
+  // 2 * 204551 pi/2 (the worst one, 1.7e-22 relative, one binade up). sin and cos of the exact
+  // double x by mpmath at 400 bits, each written as hi + lo: hi the nearest double, lo the
+  // nearest double to the rest. Asserted against the header's bound, <= 1 ulp of the exact value.
+  struct HardTrig {
+    double x, sin_hi, sin_lo, cos_hi, cos_lo;
+  };
+  const HardTrig hard_trig[] = {
+      {0x1.6c6cbc45dc8dep+5, 0x1.0000000000000p+0, -0x1.04bfe27f01e31p-122, -0x1.6d61b58c99c43p-61,
+       0x1.d8d2a16b7bd6ep-118},  // 45.553093477052 ~ 29 pi/2
+      {0x1.39c6fd67805a7p+18, -0x1.0000000000000p+0, 0x1.46040ce74732ep-110, -0x1.988efe18ff83fp-55,
+       -0x1.662d9427328d7p-109},  // 321307.9594422229 ~ 204551 pi/2
+      {0x1.93c05c9ed3cbcp+18, 0x1.0000000000000p+0, -0x1.0ce36a6a861f7p-105, -0x1.065d73720c4f9p-52,
+       0x1.025d05d5f260dp-108},  // 413441.44719405076 ~ 263205 pi/2
+      {0x1.edb9bbd6273d1p+18, -0x1.0000000000000p+0, 0x1.43c6620c192f9p-103, 0x1.1fe663539c47dp-51,
+       -0x1.a8d1a0cc25be3p-107},  // 505574.93494587863 ~ 321859 pi/2
+      {0x1.23d98d86bd573p+19, 0x1.0000000000000p+0, -0x1.821a4f371ac2dp-102, -0x1.bc9e0cee3267dp-51,
+       -0x1.4be2d054ab6c9p-105},  // 597708.4226977065 ~ 380513 pi/2
+      {0x1.39c6fd67805a7p+19, 0x1.988efe18ff83fp-54, 0x1.662d9427328d7p-108, -0x1.0000000000000p+0,
+       0x1.46040ce74732ep-108},  // 642615.9188844458 ~ 409102 pi/2
+      {0x1.4fb46d48435dbp+19, -0x1.0000000000000p+0, 0x1.23efcfb5a8973p-101, -0x1.1160e63a39247p-50,
+       0x1.ad48e550c3f86p-104},  // 687523.4150711851 ~ 437691 pi/2
+      {0x1.a9adcc7f96cf0p+19, -0x1.0000000000000p+0, 0x1.a94e768e26e36p-104, -0x1.d2a4f27e8c119p-52,
+       0x1.8d807761e351bp-106},  // 871790.3905748408 ~ 554999 pi/2
+  };
+  // |got - (hi + lo)| in ulps of the binade holding hi + lo (one below hi when hi is a power of
+  // two and lo points toward zero); got - hi is exact (they are a few ulps apart).
+  auto ulps_dd = [](double got, double hi, double lo) {
+    int e = std::ilogb(hi);
+    if (std::fabs(hi) == std::ldexp(1.0, e) && (lo < 0) != (hi < 0) && lo != 0) e -= 1;
+    return std::fabs((got - hi) - lo) / std::ldexp(1.0, e - 52);
+  };
+  for (const auto& g : hard_trig) {
+    EXPECT_LE(ulps_dd(fixed_sin(g.x), g.sin_hi, g.sin_lo), 1.0) << std::hexfloat << g.x;
+    EXPECT_LE(ulps_dd(fixed_cos(g.x), g.cos_hi, g.cos_lo), 1.0) << std::hexfloat << g.x;
+    EXPECT_LE(ulps_dd(fixed_sin(-g.x), -g.sin_hi, -g.sin_lo), 1.0) << std::hexfloat << -g.x;
+    EXPECT_LE(ulps_dd(fixed_cos(-g.x), g.cos_hi, g.cos_lo), 1.0) << std::hexfloat << -g.x;
+  }
   // RoPE frequencies of Qwen3.5 (theta 1e7, rotary dim 64): 1e7^(-2i/64).
   const GoldenD pow_golden[] = {
       {-0x1p-5, 0x1.3566562253c7ep-1},

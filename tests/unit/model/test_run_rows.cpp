@@ -11,6 +11,7 @@
 
 #include "kev/core/error.h"
 #include "kev/model/model.h"
+#include "model/layers.h"  // kMaxPosition
 #include "synth_model_test.h"
 
 namespace kev {
@@ -95,6 +96,40 @@ TEST_F(RunRows, RefusesMismatchedPrefixes) {
   row.ids = ids(3, 9);
   EXPECT_THROW(m.run_rows(std::vector<const PrefixState*>{}, {row}), Error);
   EXPECT_THROW(m.run_rows(std::vector<const PrefixState*>{nullptr}, {row}), Error);
+}
+
+// Implicit positions (the prefix's length + i) stop at kMaxPosition as explicit ones do, with
+// the same refusal, checked before any layer runs. A state of 2^20 tokens is too big for a unit
+// test: the prefix here is an empty state claiming that length, refused before it is read.
+TEST_F(RunRows, RefusesImplicitPositionsBeyondTheLimit) {
+  Model& m = *model_;
+  auto expect_refused = [](auto run, const std::string& needle) {
+    try {
+      run();
+      ADD_FAILURE() << "accepted; expected refusal mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const std::string limit = "outside [0, " + std::to_string(kMaxPosition) + "]";
+  PrefixState full = m.empty_state();
+  full.length = kMaxPosition;
+  RowRequest row;
+  row.ids = ids(3, 9);  // implicit positions kMaxPosition (allowed), kMaxPosition + 1, + 2
+  expect_refused([&] { m.run_rows(full, {row}); },
+                 "row 0: position " + std::to_string(kMaxPosition + 1) + " at index 1 is " + limit);
+  expect_refused(
+      [&] { m.extend(full, row.ids, {}, nullptr); },
+      "prefix: position " + std::to_string(kMaxPosition + 1) + " at index 1 is " + limit);
+  full.length = kMaxPosition + 5;  // already beyond: the first token is refused
+  expect_refused([&] { m.run_rows(full, {row}); },
+                 "position " + std::to_string(kMaxPosition + 5) + " at index 0 is " + limit);
+  // Explicit positions are checked as given, whatever the prefix's length.
+  row.positions = {0, kMaxPosition, kMaxPosition + 1};
+  full.length = 0;
+  expect_refused([&] { m.run_rows(full, {row}); },
+                 "position " + std::to_string(kMaxPosition + 1) + " at index 2 is " + limit);
 }
 
 }  // namespace
