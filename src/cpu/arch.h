@@ -87,4 +87,11 @@ MergeRows merge(Isa level);
 // ---- pointer head (head_kernels.h) ----
 const head_kernels::KernelSet* head(Isa level);
 
+// ---- benchmarks (bench/fma_peak.h) ----
+// Runs independent FP32 FMA chains of the level's widest vector (enough of them to cover the FMA
+// latency) for `iters` iterations on the calling thread and returns the FLOPs done; the caller
+// times it. nullptr: the family has no probe for this level (the benchmark reports 0, unknown).
+using FmaChains = double (*)(long iters);
+FmaChains fma_chains(Isa level);
+
 }  // namespace kev::arch
