@@ -84,14 +84,6 @@ Isa best_supported_isa() {
   return supported_isas().back();
 }
 
-Isa isa_at_most(Isa isa, std::span<const Isa> levels) {
-  const int cap = rank(isa);
-  Isa out = Isa::kPortable;
-  for (Isa l : levels)
-    if (rank(l) >= 0 && rank(l) <= cap && rank(l) > rank(out)) out = l;
-  return out;
-}
-
 Isa dispatch_isa(const char* family_env) {
   std::optional<Isa> cap = env_cap(family_env);
   if (!cap) cap = env_cap("KEV_ISA");

@@ -85,23 +85,6 @@ TEST(Isa, SupportedListIsWhatTheCpuRunsLowestFirst) {
   EXPECT_EQ(best_supported_isa(), want.back());
 }
 
-TEST(Isa, AtMostPicksTheHighestFamilyLevelNotAboveTheCap) {
-  const std::vector<Isa> avx2_only = {Isa::kAvx2};
-#if defined(__x86_64__)
-  EXPECT_EQ(isa_at_most(Isa::kAvx512, avx2_only), Isa::kAvx2);
-  EXPECT_EQ(isa_at_most(Isa::kAvx2, avx2_only), Isa::kAvx2);
-  EXPECT_EQ(isa_at_most(Isa::kPortable, avx2_only), Isa::kPortable);
-#else
-  EXPECT_EQ(isa_at_most(best_supported_isa(), avx2_only), Isa::kPortable);  // not this arch's
-#endif
-  const std::vector<Isa> neon_only = {Isa::kNeon};
-#if defined(__aarch64__)
-  EXPECT_EQ(isa_at_most(Isa::kNeon, neon_only), Isa::kNeon);
-#else
-  EXPECT_EQ(isa_at_most(best_supported_isa(), neon_only), Isa::kPortable);
-#endif
-}
-
 TEST(Isa, NamesRoundTrip) {
   for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kNeon})
     EXPECT_EQ(parse_isa(isa_name(isa)), isa);
