@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cpu/arch.h"
 #include "kev/core/error.h"
@@ -49,7 +50,14 @@ std::span<const Isa> arch_isas() {
 }
 
 bool isa_supported(Isa isa) {
-  return isa == Isa::kPortable || (rank(isa) >= 0 && arch::supports(isa));
+  // The CPU check of each level runs once per process (arch.h's contract), in rank order.
+  static const std::vector<bool> by_rank = [] {
+    std::vector<bool> out;
+    for (Isa level : arch::levels()) out.push_back(arch::supports(level));
+    return out;
+  }();
+  const int r = rank(isa);
+  return isa == Isa::kPortable || (r >= 0 && by_rank[static_cast<size_t>(r)]);
 }
 
 std::vector<Isa> supported_isas() {
