@@ -82,6 +82,12 @@ TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
                                {8, 7, 6},
                                {4, 63, 3},
                                {3, 1, 2},
+                               // NEON 4-lane groups: 3, 4, 6 and 7 vectors (with the above,
+                               // every block width 1 to 8 and a partial last vector)
+                               {8, 11, 3},
+                               {8, 16, 3},
+                               {6, 23, 4},
+                               {5, 27, 3},
                                {128, 128, 0}}) {
       std::mt19937 rng(static_cast<unsigned>(dk * 7 + dv + len));
       std::uniform_real_distribution<float> d(-1.0f, 1.0f), u01(0.0f, 1.0f);
