@@ -1,8 +1,8 @@
 // Backbone benchmark: prefill of a state and of rows continuing from it, plus GEMM throughput
 // on the model's real shapes against the machine's measured peak (an FMA register loop) and
 // OpenBLAS sgemm on FP32 copies of the same weights (loaded with dlopen, so no build change).
-// The peak is measured for the GEMM's own ISA (bench/fma_peak.h): no AVX-512 code runs on a
-// CPU without it.
+// The peak is measured for the GEMM's own ISA (bench/fma_peak.h: the CPU family's probe, 0 where
+// it has none): no AVX-512 code runs on a CPU without it.
 //
 // Usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] [chunked]
 //                    [fp32|bf16|int8]

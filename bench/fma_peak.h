@@ -2,10 +2,9 @@
 // independent FMA chains (enough of them to cover the FMA latency on two FMA pipes) of the
 // widest vector that ISA has, and the best of a few tries is kept. The probe for an ISA is
 // only called when the CPU has it (the caller picks it from isa_supported / the running
-// ISA), so the benchmarks run on any x86-64 CPU.
+// ISA). The vector chains are the CPU family's (src/cpu/<family>/, arch::fma_chains); a level
+// without one reports 0 (unknown), so the benchmarks build and run on any architecture.
 #pragma once
-#include <immintrin.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/arch.h"
 #include "kev/cpu/gemm.h"
 
 namespace kev::bench {
@@ -43,83 +43,36 @@ inline double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// 12 zmm chains (latency 4 x 2 pipes = 8 needed; 12 leaves slack).
-__attribute__((target("avx512f"))) inline Peak peak_avx512_one_core(long iters) {
-  __m512 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(0.5f + static_cast<float>(i));
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.0001f);
+// Times one probe run of `iters` iterations on the calling thread.
+template <typename Probe>
+Peak timed(Probe probe, long iters) {
   auto t0 = std::chrono::steady_clock::now();
   double c0 = thread_cpu_seconds();
-  for (long n = 0; n < iters; ++n)
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  const double gflop = probe(iters) / 1e9;
   double s = seconds_since(t0), c = thread_cpu_seconds() - c0;
-  alignas(64) float lanes[16];
-  float sink = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
-    sink += lanes[0];
-  }
-  volatile float keep = sink;
-  (void)keep;
-  const double gflop = static_cast<double>(iters) * 12 * 16 * 2 / 1e9;
-  return {gflop / s, gflop / c};
-}
-
-// 12 ymm chains.
-__attribute__((target("avx2,fma"))) inline Peak peak_avx2_one_core(long iters) {
-  __m256 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.5f + static_cast<float>(i));
-  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.0001f);
-  auto t0 = std::chrono::steady_clock::now();
-  double c0 = thread_cpu_seconds();
-  for (long n = 0; n < iters; ++n)
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  double s = seconds_since(t0), c = thread_cpu_seconds() - c0;
-  alignas(32) float lanes[8];
-  float sink = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm256_store_ps(lanes, acc[i]);
-    sink += lanes[0];
-  }
-  volatile float keep = sink;
-  (void)keep;
-  const double gflop = static_cast<double>(iters) * 12 * 8 * 2 / 1e9;
   return {gflop / s, gflop / c};
 }
 
 // Scalar: the scalar GEMM path's own arithmetic (one std::fma per step) on 12 chains.
-inline Peak peak_scalar_one_core(long iters) {
+inline double scalar_chains(long iters) {
   volatile float seed = 0.999f;
   float acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = 0.5f + static_cast<float>(i);
   const float a = seed, b = 0.0001f;
-  auto t0 = std::chrono::steady_clock::now();
-  double c0 = thread_cpu_seconds();
   for (long n = 0; n < iters; ++n)
     for (int i = 0; i < 12; ++i) acc[i] = std::fma(acc[i], a, b);
-  double s = seconds_since(t0), c = thread_cpu_seconds() - c0;
   float sink = 0;
   for (float v : acc) sink += v;
   volatile float keep = sink;
   (void)keep;
-  const double gflop = static_cast<double>(iters) * 12 * 2 / 1e9;
-  return {gflop / s, gflop / c};
+  return static_cast<double>(iters) * 12 * 2;
 }
 
-inline Peak peak_one_core(Isa isa) {
+// kPortable runs the scalar chains; a vector level runs its family's probe (arch.h).
+inline Peak peak_one_core(Isa isa, arch::FmaChains probe) {
   Peak best;
   for (int t = 0; t < 3; ++t) {
-    Peak p;
-    switch (isa) {
-      case Isa::kAvx512:
-        p = peak_avx512_one_core(20'000'000);
-        break;
-      case Isa::kAvx2:
-        p = peak_avx2_one_core(20'000'000);
-        break;
-      default:
-        p = peak_scalar_one_core(20'000'000);
-    }
+    Peak p = isa == Isa::kPortable ? timed(scalar_chains, 20'000'000) : timed(probe, 20'000'000);
     best.wall = std::max(best.wall, p.wall);
     best.cpu = std::max(best.cpu, p.cpu);
   }
@@ -129,13 +82,15 @@ inline Peak peak_one_core(Isa isa) {
 }  // namespace detail
 
 // GFLOP/s of FP32 FMAs with `isa`'s widest vector on `threads` cores at once (sum over cores).
-// Zero where the CPU lacks the ISA.
+// Zero where the CPU lacks the ISA or its family has no probe for it (unknown).
 inline Peak fma_peak_gflops(Isa isa, size_t threads) {
   if (!isa_supported(isa)) return {};
+  const arch::FmaChains probe = arch::fma_chains(isa);
+  if (isa != Isa::kPortable && probe == nullptr) return {};
   std::vector<Peak> r(threads);
   std::vector<std::thread> ts;
   for (size_t t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] { r[t] = detail::peak_one_core(isa); });
+    ts.emplace_back([&, t] { r[t] = detail::peak_one_core(isa, probe); });
   for (auto& t : ts) t.join();
   Peak sum;
   for (const Peak& p : r) sum.wall += p.wall, sum.cpu += p.cpu;

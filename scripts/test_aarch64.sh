@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ARM64 without ARM hardware: cross-builds kev for aarch64 (cmake --preset aarch64, the toolchain
 # file cmake/aarch64-linux-gnu.cmake) and runs it under qemu-aarch64-static:
-#   1. the unit tests of every kernel family's layer (core, model, head, export), at the best
-#      level (neon) and again with KEV_ISA=portable;
+#   1. the unit tests of the kernel layer (cpu) and of the layers that call it (core, model,
+#      head, export), at the best level (neon) and again with KEV_ISA=portable;
 #   2. one end-to-end pipeline on both architectures from the same inputs (scripts/cross_arch.sh):
 #      export bundle bytes (the merge), `kev forward` hidden states (the model GEMMs, int8 GEMM
 #      and vector kernels, both GDN forms) and `kev score` answers (the pointer head), at each
@@ -18,7 +18,7 @@ start=$SECONDS
 echo "== aarch64: cross-build (kev + the kernel layers' unit tests)" >&2
 cmake --preset aarch64 >/dev/null
 cmake --build build/aarch64 -j "${KEV_AARCH64_JOBS:-$(nproc)}" \
-  --target kev test_core test_model test_head test_export
+  --target kev test_core test_cpu test_model test_head test_export
 
 file build/aarch64/kev | grep -q 'ARM aarch64' || { echo "build/aarch64/kev is not an aarch64 binary" >&2; exit 1; }
 # The emulated binary: what the Python tests and the cross-architecture check run as kev.
@@ -34,7 +34,7 @@ echo "aarch64: cross-build done after $((SECONDS - start)) s" >&2
 for isa in "" portable; do
   echo "== aarch64: unit tests${isa:+ with KEV_ISA=$isa}" >&2
   KEV_ISA=$isa ctest --test-dir build/aarch64 --output-on-failure -j 2 --timeout 300 \
-    -R '^(core|model|head|export)\.'
+    -R '^(core|cpu|model|head|export)\.'
   echo "aarch64: unit tests${isa:+ ($isa)} done after $((SECONDS - start)) s" >&2
 done
 

@@ -1,12 +1,16 @@
 // The seam between the architecture-free kernel layer (src/cpu/*.cpp: tables, level selection,
 // packing and threading drivers) and one CPU family's folder (src/cpu/x86/, src/cpu/arm64/, or
 // src/cpu/generic/ for targets without one). CMake builds exactly one family folder, chosen by
-// CMAKE_SYSTEM_PROCESSOR, and that folder defines every function below; nothing else in the
-// code base names an instruction set or tests an architecture macro.
+// CMAKE_SYSTEM_PROCESSOR unless KEV_CPU_FAMILY names one (KEV_CPU_FAMILY=generic: the
+// portable-only build on any host), and that folder defines every function below; nothing else
+// in the code base names an instruction set, carries a target attribute or tests an architecture
+// macro, with one exception: the portable vector loops (src/cpu/portable/vec.cpp) carry the
+// target_clones that a family's family.cmake asks for through KEV_CLONE_TARGETS (x86's: AVX-512,
+// AVX2 and the baseline), the same source compiled once per target.
 //
 // Contract for a family folder:
 // - levels() lists its levels lowest first, kPortable first; supports(level) is the CPU check
-//   (CPUID, HWCAP, ...), asked once per process per level by isa.cpp.
+//   (CPUID, HWCAP, ...), asked once per process per level by isa.cpp (which keeps the answers).
 // - Every variant function takes a level the CPU supports (the callers check) and returns that
 //   level's variant of one kernel family, or nullptr / kPortable / kNone when the family has no
 //   variant there: the caller then runs the portable variant (src/cpu/portable/portable.h). A
@@ -86,5 +90,12 @@ MergeRows merge(Isa level);
 
 // ---- pointer head (head_kernels.h) ----
 const head_kernels::KernelSet* head(Isa level);
+
+// ---- benchmarks (bench/fma_peak.h) ----
+// Runs independent FP32 FMA chains of the level's widest vector (enough of them to cover the FMA
+// latency) for `iters` iterations on the calling thread and returns the FLOPs done; the caller
+// times it. nullptr: the family has no probe for this level (the benchmark reports 0, unknown).
+using FmaChains = double (*)(long iters);
+FmaChains fma_chains(Isa level);
 
 }  // namespace kev::arch

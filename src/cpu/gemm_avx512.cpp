@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "cpu/arch.h"
+#include "cpu/group_chunks.h"
 #include "cpu/portable/portable.h"
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
@@ -135,18 +136,10 @@ void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
         for (int64_t i = 0; i < w.cols; ++i) dst[i] = f32_to_bf16(src[i]);
       },
       threads);
-  // Output groups in chunks, more chunks than threads so uneven cores finish together.
-  const int64_t chunks = static_cast<int64_t>(threads) * 4;
   // Whole tiles of 4 groups per chunk, so only the matrix's last tile is a narrow one.
-  const int64_t per = std::max<int64_t>(4, (w.groups + chunks - 1) / chunks + 3) / 4 * 4;
-  const int64_t count = (w.groups + per - 1) / per;
-  parallel_for(
-      static_cast<size_t>(count),
-      [&](size_t c) {
-        const int64_t g0 = static_cast<int64_t>(c) * per, g1 = std::min(w.groups, g0 + per);
-        range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
-      },
-      threads);
+  group_chunks::run(w.groups, threads, 4, [&](int64_t g0, int64_t g1) {
+    range(xq.data(), ldxq, rows, w, y, ldy, g0, g1);
+  });
 }
 
 }  // namespace kev

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "cpu/arch.h"
+#include "cpu/group_chunks.h"
 #include "cpu/int8_layout.h"
 #include "cpu/levels.h"
 #include "cpu/portable/portable.h"
@@ -194,17 +195,9 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
   // A family's block quantizer gives the portable one's values; the emulation may run where the
   // CPU has none.
   quantize_activations(x, rows, ldx, w.cols, rows_padded, tiled, a, threads);
-  // Output groups in chunks, more chunks than threads so uneven cores finish together.
-  const int64_t chunks = static_cast<int64_t>(threads) * 4;
-  const int64_t per = std::max<int64_t>(1, (w.groups + chunks - 1) / chunks);
-  const int64_t count = (w.groups + per - 1) / per;
-  parallel_for(
-      static_cast<size_t>(count),
-      [&](size_t c) {
-        const int64_t g0 = static_cast<int64_t>(c) * per, g1 = std::min(w.groups, g0 + per);
-        range(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
-      },
-      threads);
+  group_chunks::run(w.groups, threads, 1, [&](int64_t g0, int64_t g1) {
+    range(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
+  });
 }
 
 void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,

@@ -45,4 +45,25 @@ struct PaddedTail {
   }
 };
 
+// The K loop of an MR x NR tile kernel: step(xp, wp) once per whole 16-wide k step, in k order,
+// with xp[i] / wp[j] at row i's / weight row j's k, then once on the PaddedTail of a partial last
+// step. Always inlined into the variant's kernel, so a step lambda that carries the variant's
+// target attribute is inlined there too.
+template <int MR, int NR, typename Step>
+[[gnu::always_inline]] inline void k_steps(const float* x, int64_t ldx, const uint16_t* w,
+                                           int64_t ldw, int64_t k_total, const Step& step) {
+  const float* xp[MR];
+  const uint16_t* wp[NR];
+  int64_t k = 0;
+  for (; k + kLanes <= k_total; k += kLanes) {
+    for (int i = 0; i < MR; ++i) xp[i] = x + i * ldx + k;
+    for (int j = 0; j < NR; ++j) wp[j] = w + j * ldw + k;
+    step(xp, wp);
+  }
+  if (k < k_total) {
+    const PaddedTail<MR, NR> tail(x, ldx, w, ldw, k, k_total, xp, wp);
+    step(xp, wp);
+  }
+}
+
 }  // namespace kev::gemm_tile

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cpu/arch.h"
 #include "kev/core/error.h"
@@ -49,7 +50,14 @@ std::span<const Isa> arch_isas() {
 }
 
 bool isa_supported(Isa isa) {
-  return isa == Isa::kPortable || (rank(isa) >= 0 && arch::supports(isa));
+  // The CPU check of each level runs once per process (arch.h's contract), in rank order.
+  static const std::vector<bool> by_rank = [] {
+    std::vector<bool> out;
+    for (Isa level : arch::levels()) out.push_back(arch::supports(level));
+    return out;
+  }();
+  const int r = rank(isa);
+  return isa == Isa::kPortable || (r >= 0 && by_rank[static_cast<size_t>(r)]);
 }
 
 std::vector<Isa> supported_isas() {
@@ -82,14 +90,6 @@ std::optional<Isa> parse_isa(std::string_view name) {
 
 Isa best_supported_isa() {
   return supported_isas().back();
-}
-
-Isa isa_at_most(Isa isa, std::span<const Isa> levels) {
-  const int cap = rank(isa);
-  Isa out = Isa::kPortable;
-  for (Isa l : levels)
-    if (rank(l) >= 0 && rank(l) <= cap && rank(l) > rank(out)) out = l;
-  return out;
 }
 
 Isa dispatch_isa(const char* family_env) {

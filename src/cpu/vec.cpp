@@ -5,12 +5,15 @@
 #include <vector>
 
 #include "cpu/arch.h"
+#include "kev/core/error.h"
 #include "kev/cpu/model_kernels.h"
 
 namespace kev::vec {
 
 void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
                   float* out) {
+  if (!isa_supported(isa))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} vector kernels", isa_name(isa));
   const arch::VecVariant* v = arch::vec(isa);
   if (v != nullptr && v->dot_rows != nullptr && n % 16 == 0)
     return v->dot_rows(a, x, ld, rows, n, out);
@@ -22,6 +25,8 @@ void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t 
 }
 
 void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
+  if (!isa_supported(isa))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} vector kernels", isa_name(isa));
   const arch::VecVariant* v = arch::vec(isa);
   if (v != nullptr && v->gdn_steps != nullptr) return v->gdn_steps(s, dk, dv, len, t);
   std::vector<float> m(static_cast<size_t>(dv));

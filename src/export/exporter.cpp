@@ -44,8 +44,7 @@ constexpr int kBuffers = 3;
 // write() overlap with merging. Spans either borrow a chunk buffer (returned when written) or
 // point into an input mapping (whose pages are released once written). The owner must outlive
 // this object; the destructor stops and joins the thread. With one worker (KEV_THREADS=1) no
-// thread starts and submit() writes in place (the same bytes in the same order; this is also
-// what runs under qemu-user, whose 7.2 release cannot start threads: scripts/test_aarch64.sh).
+// thread starts and submit() writes in place (the same bytes in the same order).
 class AsyncWriter {
  public:
   struct Span {

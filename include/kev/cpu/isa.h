@@ -37,10 +37,6 @@ const char* isa_name(Isa isa);      // "portable", "avx2", "avx512", "neon"
 std::optional<Isa> parse_isa(std::string_view name);  // nullopt if unknown (any architecture)
 Isa best_supported_isa();                             // ignores the environment
 Isa dispatch_isa(const char* family_env);  // best_supported_isa() capped by KEV_ISA / family_env
-// The highest of `levels` (this architecture's, lowest first) that is not above `isa` in
-// arch_isas() order; kPortable if none. For families with fewer variants than the architecture
-// has levels (an AVX-512 CPU runs a family's AVX2 form).
-Isa isa_at_most(Isa isa, std::span<const Isa> levels);
 
 // Extensions on top of kAvx512 that the precision-mode kernels use when present
 // (gemm_avx512.h). CPUID only: a kernel that needs one also needs kAvx512 from dispatch_isa, so

@@ -18,7 +18,7 @@ float dot(const float* a, const float* b, int64_t n);
 float sum_sq(const float* a, int64_t n);
 // out[r] = dot(a, x + r * ld, n) for r < rows, bit for bit; dot_rows runs the level the model
 // kernel table picks (model_kernels.h; AVX2 four rows at a time, NEON two, when n % 16 == 0),
-// dot_rows_isa a given one (the CPU must support it).
+// dot_rows_isa a given one (the CPU must support it: Error kUnsupported otherwise).
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out);
 void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
                   float* out);
@@ -56,7 +56,7 @@ void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float* k, const 
 // the result is bit-identical to len calls of gdn_step. gdn_steps runs the level
 // model kernel table picks; gdn_steps_isa a given one (kPortable: the gdn_step loop; kAvx2 or
 // kAvx512: the AVX2 form; kNeon: the 4-lane form of src/cpu/arm64/vec.cpp; the CPU must support
-// it).
+// it: Error kUnsupported otherwise).
 struct GdnTokens {
   const float *q, *k, *v;
   int64_t qkv_stride;

@@ -27,8 +27,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kev/text/encoding.h"
 #include "kev/core/json_strict.h"
+#include "kev/text/encoding.h"
 
 namespace kev {
 

@@ -37,18 +37,9 @@ void kernel_neon(const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, in
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j)
       for (int q = 0; q < 4; ++q) acc[i][j][q] = vdupq_n_f32(0.0f);
-  const float* xp[MR];
-  const uint16_t* wp[NR];
-  int64_t k = 0;
-  for (; k + kLanes <= k_total; k += kLanes) {
-    for (int i = 0; i < MR; ++i) xp[i] = x + i * ldx + k;
-    for (int j = 0; j < NR; ++j) wp[j] = w + j * ldw + k;
-    neon_step<MR, NR>(acc, xp, wp);
-  }
-  if (k < k_total) {
-    const gemm_tile::PaddedTail<MR, NR> tail(x, ldx, w, ldw, k, k_total, xp, wp);
-    neon_step<MR, NR>(acc, xp, wp);
-  }
+  gemm_tile::k_steps<MR, NR>(
+      x, ldx, w, ldw, k_total,
+      [&](const float* const* xp, const uint16_t* const* wp) { neon_step<MR, NR>(acc, xp, wp); });
   float lanes[kLanes];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {

@@ -61,4 +61,8 @@ const head_kernels::KernelSet* head(Isa) {
   return nullptr;
 }
 
+FmaChains fma_chains(Isa) {
+  return nullptr;
+}
+
 }  // namespace kev::arch

@@ -2,7 +2,7 @@
 // (-ffp-contract=off keeps every multiply and add separate), so any vectorization the compiler
 // does gives the same bits (the activations' fixed_expf is branch-free for that reason). A family's
 // CMake fragment may ask for the loops to be compiled once per target with KEV_CLONE_TARGETS
-// (x86-64: AVX-512, AVX2 and the baseline, chosen at load time).
+// (x86-64: AVX-512, AVX2 and the baseline, chosen at load time by the CPU, not by KEV_ISA).
 #include "kev/cpu/vec.h"
 
 #include "cpu/kernel_order.h"

@@ -45,18 +45,9 @@ KEV_AVX2 void kernel_avx2(const float* x, int64_t ldx, const uint16_t* w, int64_
   __m256 lo[MR][NR], hi[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
-  const float* xp[MR];
-  const uint16_t* wp[NR];
-  int64_t k = 0;
-  for (; k + kLanes <= k_total; k += kLanes) {
-    for (int i = 0; i < MR; ++i) xp[i] = x + i * ldx + k;
-    for (int j = 0; j < NR; ++j) wp[j] = w + j * ldw + k;
-    avx2_step<MR, NR>(lo, hi, xp, wp);
-  }
-  if (k < k_total) {
-    const gemm_tile::PaddedTail<MR, NR> tail(x, ldx, w, ldw, k, k_total, xp, wp);
-    avx2_step<MR, NR>(lo, hi, xp, wp);
-  }
+  gemm_tile::k_steps<MR, NR>(x, ldx, w, ldw, k_total,
+                             [&](const float* const* xp, const uint16_t* const* wp)
+                                 KEV_AVX2 { avx2_step<MR, NR>(lo, hi, xp, wp); });
   alignas(32) float lanes[kLanes];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {

@@ -56,12 +56,13 @@ void bf16_range_avx512(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf1
 namespace kev::arch {
 
 Bf16Kernel bf16_kernel(Isa level) {
+  if (level != Isa::kAvx512) return Bf16Kernel::kNone;  // before the probe: only AVX-512 runs it
   static const Bf16Kernel real = [] {
     if (!has_feature(Feature::kAvx512Bf16)) return Bf16Kernel::kNone;
     return probe_avx512_kernel(Bf16Kernel::kAvx512Bf16) ? Bf16Kernel::kAvx512Bf16
                                                         : Bf16Kernel::kNone;
   }();
-  return level == Isa::kAvx512 ? real : Bf16Kernel::kNone;
+  return real;
 }
 
 Bf16Range bf16_range(Bf16Kernel k) {

@@ -107,8 +107,8 @@ TEST(GemmInt8, BitwiseAcrossIsaBatchAndThreads) {
 
 // Every level against portable, bitwise, on shapes that reach each tile edge of every kernel: K a
 // multiple of the block or not (a zero-padded last block), row counts below, at and past the
-// tiles (AVX2 6 rows, NEON 4), outputs short of, at and past a 16-output group. One thread, so
-// it also runs where the emulator cannot start threads (scripts/test_aarch64.sh).
+// tiles (AVX2 6 rows, NEON 4), outputs short of, at and past a 16-output group. One thread: the
+// tile edges, not the split over threads (BitwiseAcrossIsaBatchAndThreads covers that).
 TEST(GemmInt8, TileEdgesBitwiseOnEveryIsa) {
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
                          {3, 31, 17},

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kev/core/bf16.h"
-#include "kev/model/weights.h"
+#include "kev/cpu/matrix.h"
 
 namespace kev::gemm_test {
 

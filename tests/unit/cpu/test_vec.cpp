@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "kev/core/error.h"
 #include "kev/cpu/isa.h"
 #include "kev/cpu/vec.h"
 
@@ -80,6 +82,12 @@ TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
                                {8, 7, 6},
                                {4, 63, 3},
                                {3, 1, 2},
+                               // NEON 4-lane groups: 3, 4, 6 and 7 vectors (with the above,
+                               // every block width 1 to 8 and a partial last vector)
+                               {8, 11, 3},
+                               {8, 16, 3},
+                               {6, 23, 4},
+                               {5, 27, 3},
                                {128, 128, 0}}) {
       std::mt19937 rng(static_cast<unsigned>(dk * 7 + dv + len));
       std::uniform_real_distribution<float> d(-1.0f, 1.0f), u01(0.0f, 1.0f);
@@ -146,6 +154,33 @@ TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
           ASSERT_EQ(vec::dot(a.data(), x.data() + r * ld, n), want[static_cast<size_t>(r)]);
       }
     }
+  }
+}
+
+// A level this CPU does not run (another architecture's, or one above this CPU's best) is
+// refused by name, not run.
+TEST(Vec, UnsupportedLevelsAreRefused) {
+  Isa missing = Isa::kPortable;
+  for (Isa isa : {Isa::kNeon, Isa::kAvx512, Isa::kAvx2})
+    if (!isa_supported(isa)) missing = isa;
+  if (missing == Isa::kPortable) GTEST_SKIP() << "this CPU runs every level";
+  std::vector<float> a(16, 1.0f), x(16, 1.0f), out(1);
+  try {
+    vec::dot_rows_isa(missing, a.data(), x.data(), 16, 1, 16, out.data());
+    FAIL() << "dot_rows_isa ran " << isa_name(missing);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find(isa_name(missing)), std::string::npos) << e.what();
+  }
+  std::vector<float> s(4, 0.0f), o(2), eg(1, 1.0f), beta(1, 0.5f), qkv(6, 1.0f);
+  try {
+    vec::gdn_steps_isa(
+        missing, s.data(), 2, 2, 1,
+        {qkv.data(), qkv.data() + 2, qkv.data() + 4, 6, eg.data(), beta.data(), o.data(), 2});
+    FAIL() << "gdn_steps_isa ran " << isa_name(missing);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find(isa_name(missing)), std::string::npos) << e.what();
   }
 }
 

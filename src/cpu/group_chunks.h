@@ -1,0 +1,31 @@
+// How the int8 and bf16-dot GEMM drivers split a product's output groups over threads: in
+// chunks of whole groups, more chunks than threads (4 per thread) so uneven cores finish
+// together. Private to the kernel layer; no instruction set here.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kev/core/threads.h"
+
+namespace kev::group_chunks {
+
+// Runs range(g0, g1) over [0, groups) in consecutive chunks on up to `threads` threads; every
+// chunk but the last is a multiple of `multiple` groups (a kernel's tile of groups, so only the
+// matrix's last tile is a narrow one).
+template <typename Range>
+void run(int64_t groups, size_t threads, int64_t multiple, const Range& range) {
+  const int64_t chunks = static_cast<int64_t>(threads) * 4;
+  const int64_t even = std::max<int64_t>(1, (groups + chunks - 1) / chunks);
+  const int64_t per = (even + multiple - 1) / multiple * multiple;
+  const int64_t count = (groups + per - 1) / per;
+  parallel_for(
+      static_cast<size_t>(count),
+      [&](size_t c) {
+        const int64_t g0 = static_cast<int64_t>(c) * per, g1 = std::min(groups, g0 + per);
+        range(g0, g1);
+      },
+      threads);
+}
+
+}  // namespace kev::group_chunks
