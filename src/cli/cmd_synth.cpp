@@ -9,7 +9,7 @@
 namespace {
 
 struct Options {
-  std::string out, shape = "tiny", tokenizer;
+  std::string out, shape = "tiny", tokenizer, form = "lora";
   uint64_t seed = 0;
   double temperature = 2.406050072164233;
   // -1: keep the shape's value.
@@ -26,6 +26,7 @@ int run_synth(const Options& o) {
   s.seed = o.seed;
   s.tokenizer = o.tokenizer;
   s.temperature = o.temperature;
+  s.form = o.form;
   auto set = [](int64_t v, int64_t& field) {
     if (v != -1) field = v;
   };
@@ -50,7 +51,8 @@ int run_synth(const Options& o) {
                               {"vocab", r.vocab},
                               {"base_tensors", r.base_tensors},
                               {"base_bytes", r.base_bytes},
-                              {"adapter_tensors", r.adapter_tensors}};
+                              {"adapter_tensors", r.adapter_tensors},
+                              {"form", o.form}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -65,6 +67,11 @@ const bool registered = kev::cli::register_command(
                      "members' depths), 0.8b or 4b (full dimensions)")
           ->capture_default_str();
       app.add_option("--seed", o->seed, "seed of all values")->capture_default_str();
+      app.add_option("--form", o->form,
+                     "lora (base + adapter, default) or full (a full-weight checkpoint in "
+                     "DIR/checkpoint: Kev 1.0's Kev-27B layout)")
+          ->check(CLI::IsMember({"lora", "full"}))
+          ->capture_default_str();
       app.add_option("--tokenizer", o->tokenizer,
                      "tokenizer.json to copy (default: a built-in byte-level BPE)");
       app.add_option("--temperature", o->temperature, "calibration temperature in head.pt")

@@ -83,6 +83,7 @@ void generate(const TensorSpec& t, uint64_t seed, const Dist& dist, std::vector<
               Sink&& sink) {
   const uint64_t key = tensor_key(seed, t.name);
   const size_t item = dtype_size(t.dtype);
+  const bool bf16_exact = t.name.ends_with("A_log") || t.name.ends_with("linear_attn.norm.weight");
   const uint64_t numel = t.nbytes() / item;
   buffer.resize(std::min<uint64_t>(numel, kChunk) * item);
   for (uint64_t begin = 0; begin < numel; begin += kChunk) {
@@ -93,6 +94,10 @@ void generate(const TensorSpec& t, uint64_t seed, const Dist& dist, std::vector<
       uint64_t lo = p * kPiece, hi = std::min<uint64_t>(n, lo + kPiece);
       for (uint64_t i = lo; i < hi; ++i) {
         float f = dist.at(key, begin + i);
+        // The base's F32 vectors (A_log, the GDN norm) hold BF16-representable values, so a
+        // full-weight checkpoint made from this one, where every tensor is BF16, carries the
+        // same values (and both export to bundles that answer alike).
+        if (t.dtype == DType::kF32 && bf16_exact) f = bf16_to_f32(f32_to_bf16(f));
         if (t.dtype == DType::kBF16) {
           uint16_t b = f32_to_bf16(f);
           std::memcpy(buffer.data() + i * 2, &b, 2);
@@ -172,7 +177,7 @@ void validate(const SynthShape& s) {
 
 // ---- small JSON files -------------------------------------------------------------------
 
-std::string config_json(const SynthShape& s) {
+nlohmann::ordered_json text_config(const SynthShape& s) {
   using ordered = nlohmann::ordered_json;
   ordered layer_types = ordered::array();
   for (int64_t i = 0; i < s.layers; ++i)
@@ -204,6 +209,21 @@ std::string config_json(const SynthShape& s) {
                     {"mrope_interleaved", true}}},
                   {"max_position_embeddings", 262144},
                   {"dtype", "bfloat16"}};
+  return text;
+}
+
+// What save_pretrained of transformers' Qwen3_5TextModel writes: the text settings at the top.
+std::string full_config_json(const SynthShape& s) {
+  nlohmann::ordered_json j = {{"architectures", {"Qwen3_5TextModel"}}};
+  const nlohmann::ordered_json text = text_config(s);
+  for (const auto& [k, v] : text.items()) j[k] = v;
+  j["kev_synthetic"] = {{"shape", s.name}, {"form", "full"}};
+  return j.dump(2) + "\n";
+}
+
+std::string config_json(const SynthShape& s) {
+  using ordered = nlohmann::ordered_json;
+  ordered text = text_config(s);
   ordered vision = {{"model_type", "qwen3_5_vision"},
                     {"depth", 1},
                     {"hidden_size", kVisionHidden},
@@ -310,7 +330,7 @@ PyValue num(int64_t i) {
   return PyValue{i};
 }
 
-void write_head(const std::string& path, const SynthOptions& o) {
+void write_head(const std::string& path, const SynthOptions& o, bool full) {
   const SynthShape& s = o.shape;
   auto head = std::make_shared<PyDict>();
   head->ordered = true;
@@ -336,15 +356,17 @@ void write_head(const std::string& path, const SynthOptions& o) {
   fit->emplace_back(str("nll_after"), PyValue{0.5});
   fit->emplace_back(str("examples"), num(512));
   auto root = std::make_shared<PyDict>();
-  root->emplace_back(str("base"), str("Qwen/Qwen3.5-4B-Base"));
-  root->emplace_back(str("base_revision"), str("1001bb4d826a52d1f399e183466143f4da7b741b"));
+  // A full-weight head.pt (kev.train --full_ft): lora 0, weights "full", the bf16 backbone.
+  root->emplace_back(str("base"), str(full ? "Qwen/Qwen3.8-27B" : "Qwen/Qwen3.5-4B-Base"));
+  root->emplace_back(str("base_revision"),
+                     full ? PyValue{} : str("1001bb4d826a52d1f399e183466143f4da7b741b"));
   root->emplace_back(str("head"), PyValue{head});
-  root->emplace_back(str("lora"), num(s.rank));
+  root->emplace_back(str("lora"), num(full ? 0 : s.rank));
   root->emplace_back(str("head_dim"), num(s.pointer));
   root->emplace_back(str("option_isolation"), PyValue{false});
   root->emplace_back(str("special_embeddings"), PyValue{false});
-  root->emplace_back(str("weights_dtype"), str(s.weights_dtype));
-  root->emplace_back(str("weights"), str("lora"));
+  root->emplace_back(str("weights_dtype"), str(full ? "bf16" : s.weights_dtype));
+  root->emplace_back(str("weights"), str(full ? "full" : "lora"));
   root->emplace_back(str("temperature"), PyValue{o.temperature});
   root->emplace_back(str("holdout"),
                      PyValue{PyList{str("synthetic-holdout-a"), str("synthetic-holdout-b")}});
@@ -368,6 +390,59 @@ uint64_t write_safetensors(const std::string& path, const std::vector<TensorSpec
   }
   writer.finish();
   return writer.bytes_written();
+}
+
+// Two shards by the canonical order, cut where half of the bytes are behind us, each listing
+// its tensors by name; returns the weight map.
+nlohmann::json split_shards(std::vector<TensorSpec> all, const std::string (&names)[2],
+                            std::vector<TensorSpec> (&shards)[2], uint64_t& total) {
+  total = 0;
+  for (const auto& t : all) total += t.nbytes();
+  uint64_t before = 0;
+  for (auto& t : all) {
+    uint64_t n = t.nbytes();
+    shards[before >= total / 2 ? 1 : 0].push_back(std::move(t));
+    before += n;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (int k = 0; k < 2; ++k) {
+    std::sort(shards[k].begin(), shards[k].end(),
+              [](const auto& a, const auto& b) { return a.name < b.name; });
+    for (const auto& t : shards[k]) weight_map[t.name] = names[k];
+  }
+  return weight_map;
+}
+
+// A full-weight checkpoint (what kev.train --full_ft publishes): DIR/checkpoint with the text
+// model's config, the tokenizer, index + shards (names without prefix, every tensor BF16) and
+// head.pt (weights "full", lora 0, weights_dtype "bf16"). No base directory.
+SynthSummary synthesize_full(const SynthOptions& o, const std::string& tokenizer,
+                             const std::string& tokenizer_config) {
+  const SynthShape& s = o.shape;
+  std::vector<TensorSpec> all;
+  for (auto& t : synth_base_tensors(s))
+    if (t.name.starts_with(kLm))
+      all.push_back({t.name.substr(std::string_view(kLm).size()), DType::kBF16, t.shape});
+  const size_t count = all.size();
+  const std::string names[2] = {"model-00001-of-00002.safetensors",
+                                "model-00002-of-00002.safetensors"};
+  std::vector<TensorSpec> shards[2];
+  uint64_t total = 0;
+  nlohmann::json weight_map = split_shards(std::move(all), names, shards, total);
+  StagingDir staging(o.out);
+  const std::string ckpt = staging.file("checkpoint");
+  if (::mkdir(ckpt.c_str(), 0755) != 0)
+    fail(ErrorKind::kIo, "cannot create {}: {}", ckpt, std::strerror(errno));
+  write_file_synced(ckpt + "/config.json", full_config_json(s));
+  write_file_synced(ckpt + "/tokenizer.json", tokenizer);
+  write_file_synced(ckpt + "/tokenizer_config.json", tokenizer_config);
+  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_file_synced(ckpt + "/model.safetensors.index.json", index.dump(2) + "\n");
+  Progress progress("synth", total, count);
+  for (int k = 0; k < 2; ++k) write_safetensors(ckpt + "/" + names[k], shards[k], o.seed, progress);
+  write_head(ckpt + "/head.pt", o, true);
+  staging.publish();
+  return {s.vocab, count, 0, total};
 }
 
 }  // namespace
@@ -498,28 +573,17 @@ SynthSummary synthesize(const SynthOptions& options) {
     if (path_exists(beside)) tokenizer_config = read_file(beside);
   }
   if (tokenizer_config.empty()) tokenizer_config = tokenizer_config_json(tok);
+  if (o.form == "full") return synthesize_full(o, tokenizer, tokenizer_config);
+  if (o.form != "lora")
+    fail(ErrorKind::kBadInput, "synth: --form must be lora or full, got '{}'", o.form);
 
-  // Shard assignment: canonical order, cut where half of the bytes are behind us; each file
-  // then lists its tensors by name.
   std::vector<TensorSpec> all = synth_base_tensors(s);
   const size_t base_count = all.size();
-  uint64_t total = 0;
-  for (const auto& t : all) total += t.nbytes();
-  std::vector<TensorSpec> shards[2];
-  uint64_t before = 0;
-  for (auto& t : all) {
-    uint64_t n = t.nbytes();
-    shards[before >= total / 2 ? 1 : 0].push_back(std::move(t));
-    before += n;
-  }
   const std::string shard_names[2] = {"model.safetensors-00001-of-00002.safetensors",
                                       "model.safetensors-00002-of-00002.safetensors"};
-  nlohmann::json weight_map = nlohmann::json::object();
-  for (int k = 0; k < 2; ++k) {
-    std::sort(shards[k].begin(), shards[k].end(),
-              [](const auto& a, const auto& b) { return a.name < b.name; });
-    for (const auto& t : shards[k]) weight_map[t.name] = shard_names[k];
-  }
+  std::vector<TensorSpec> shards[2];
+  uint64_t total = 0;
+  nlohmann::json weight_map = split_shards(std::move(all), shard_names, shards, total);
 
   StagingDir staging(o.out);
   const std::string base = staging.file("base"), ckpt = staging.file("checkpoint");
@@ -560,7 +624,7 @@ SynthSummary synthesize(const SynthOptions& options) {
     }
     writer.finish();
   }
-  write_head(ckpt + "/head.pt", o);
+  write_head(ckpt + "/head.pt", o, false);
   staging.publish();
   return {s.vocab, base_count, adapter.size(), total};
 }

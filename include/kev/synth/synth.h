@@ -1,7 +1,12 @@
 // `kev synth`: writes a synthetic Kev checkpoint in the exact released layout (see
 // docs/synth.md / the team spec): DIR/base (config.json, tokenizer.json, tokenizer_config.json,
 // two safetensors shards + index) and DIR/checkpoint (adapter_config.json,
-// adapter_model.safetensors, head.pt written with torch.save's format).
+// adapter_model.safetensors, head.pt written with torch.save's format). With form "full": a
+// full-weight checkpoint (Kev 1.0's Kev-27B layout) in DIR/checkpoint only: the text model's
+// config.json (top-level model_type qwen3_5_text, dtype bfloat16), tokenizer files, index +
+// shards model-0000N-of-00002.safetensors with unprefixed names, every tensor BF16, and head.pt
+// (weights "full", lora 0, weights_dtype "bf16"). The base's F32 vectors (A_log, GDN norm) hold
+// BF16-representable values, so a full checkpoint made from a LoRA one keeps them exactly.
 //
 // Contract: values are a pure function of (--seed, tensor name, element index), so any
 // tensor can be regenerated independently and the output is identical across runs and
@@ -38,6 +43,7 @@ struct SynthOptions {
   uint64_t seed = 0;
   std::string tokenizer;  // empty: the built-in byte-level BPE
   double temperature = 2.406050072164233;
+  std::string form = "lora";  // "lora" (base + adapter) or "full" (full weights, no base)
 };
 
 // Layer N is full attention when N % 4 == 3, linear (GDN) attention otherwise.
