@@ -1,4 +1,5 @@
-// kev pin --base DIR --checkpoint DIR --out recipe.json [--model kev-4b]
+// kev pin [--base DIR] --checkpoint DIR --out recipe.json [--model kev-4b]
+//         (--base for LoRA checkpoints; a full-weight one, --model kev-27b, has none)
 //         [--base-revision REV] [--checkpoint-revision REV]
 #include <cstdio>
 #include <memory>
@@ -11,11 +12,13 @@ namespace {
 const bool registered = kev::cli::register_command(
     "pin", "write a pinned recipe from a trusted local download", [](CLI::App& app) {
       auto o = std::make_shared<kev::PinOptions>();
-      app.add_option("--base", o->base_dir, "base model directory")->required();
+      app.add_option("--base", o->base_dir,
+                     "base model directory (LoRA checkpoints; a full-weight one has none)");
       app.add_option("--checkpoint", o->checkpoint_dir, "Kev checkpoint directory")->required();
       app.add_option("--out", o->out_path, "recipe file to create")->required();
       app.add_option("--model", o->model,
-                     "family member: kev-0.8b, kev-4b, kev-9b or kev-27b (default kev-4b)");
+                     "family member: kev-0.8b, kev-4b, kev-9b, kev-27b (Kev 1.0: full weights) or "
+                     "kev-27b-v1-lora (default kev-4b)");
       app.add_option("--base-revision", o->base_revision,
                      "base commit (40 hex) to record where the recipe's is null and --base is "
                      "not a Hugging Face cache snapshot");

@@ -25,6 +25,7 @@
 #include "kev/export/bundle.h"
 #include "kev/export/configs.h"
 #include "kev/export/family.h"
+#include "kev/export/full_weights.h"
 #include "kev/export/inputs.h"
 #include "kev/export/inventory.h"
 #include "kev/export/recipe.h"
@@ -180,12 +181,19 @@ Plan plan_export(const ExportOptions& o) {
   if (path_exists(o.out_dir))
     fail(ErrorKind::kBadInput, "{} already exists; choose a new output path or remove it first",
          o.out_dir);
+  if (o.base_dir.empty())
+    fail(ErrorKind::kBadInput,
+         "recipe {} is a LoRA checkpoint's: --base (the base model directory the adapter is "
+         "merged into) is required",
+         o.recipe_path);
   p.inputs = verify_pinned_inputs(p.recipe, o.recipe_path, o.base_dir, o.checkpoint_dir);
   // head.pt's inference fields first: a checkpoint kev cannot run is refused by the field that
   // says so, before its other files (a trained-token adapter, say) trip a later check.
   PyValue head_pt = read_torch_checkpoint_bytes(p.inputs.bytes("checkpoint/head.pt"),
                                                 o.checkpoint_dir + "/head.pt");
   p.fields = read_checkpoint_fields(head_pt, o.checkpoint_dir + "/head.pt");
+  // Upstream's rule: the files decide the form (an adapter is there) and head.pt must agree.
+  if (p.fields.weights != "lora") refuse_form_mismatch(o.checkpoint_dir, p.fields.weights, "lora");
 
   p.config =
       parse_base_text_config(p.inputs.bytes("base/config.json"), o.base_dir + "/config.json");
@@ -350,6 +358,9 @@ std::string manifest_json(const Plan& p, const std::map<std::string, std::string
   Json m = {
       {"format", kBundleFormat},
       {"model", p.recipe.model},
+      {"weights", "lora"},
+      // upstream's provenance digest of a LoRA checkpoint: its adapter file's SHA-256
+      {"weights_sha256", p.inputs.digests.at("checkpoint/adapter_model.safetensors")},
       {"base", {{"repo", p.recipe.base.repo}, {"revision", p.recipe.base.revision}}},
       {"checkpoint",
        {{"repo", p.recipe.checkpoint.repo}, {"revision", p.recipe.checkpoint.revision}}},
@@ -378,10 +389,215 @@ std::string manifest_json(const Plan& p, const std::map<std::string, std::string
   return m.dump(2) + "\n";
 }
 
+// ---- full-weight checkpoints: nothing is merged, every byte reaches the bundle unchanged ----
+
+struct FullPlan {
+  Recipe recipe;
+  VerifiedInputs inputs;
+  FullConfig config;
+  BaseIndex index;
+  Delimiters delimiters;
+  HeadWeights head;
+  CheckpointFields fields;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards;  // index.shards order
+  std::string weights_sha256;
+};
+
+// model*.safetensors files of `dir` that the index does not name: upstream's loader and its
+// weights_sha256 take every such file, so a checkpoint that holds one is not what the recipe pins.
+void refuse_unindexed_shards(const std::string& dir, const BaseIndex& index) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.starts_with("model") && n.ends_with(".safetensors") &&
+        !std::binary_search(index.shards.begin(), index.shards.end(), n))
+      fail(ErrorKind::kBadInput,
+           "{}: {} is not named by model.safetensors.index.json; upstream loads and hashes every "
+           "model*.safetensors of a full-weight checkpoint, so remove it or fix the index",
+           dir, n);
+  }
+}
+
+FullPlan plan_full_export(const ExportOptions& o, Recipe recipe) {
+  FullPlan p;
+  p.recipe = std::move(recipe);
+  // Upstream's rule: adapter files make a checkpoint a LoRA one, whatever head.pt says.
+  if (checkpoint_form_from_files(o.checkpoint_dir) == "lora")
+    fail(ErrorKind::kBadInput,
+         "{} holds adapter_config.json, a LoRA checkpoint, but recipe {} is a full-weight one "
+         "(\"weights\": \"full\"); they are not one checkpoint",
+         o.checkpoint_dir, o.recipe_path);
+  p.inputs = verify_pinned_inputs(p.recipe, o.recipe_path, o.base_dir, o.checkpoint_dir);
+  const std::string head_path = o.checkpoint_dir + "/head.pt";
+  PyValue head_pt = read_torch_checkpoint_bytes(p.inputs.bytes("checkpoint/head.pt"), head_path);
+  p.fields = read_checkpoint_fields(head_pt, head_path);
+  if (p.fields.weights != "full") refuse_form_mismatch(o.checkpoint_dir, p.fields.weights, "full");
+  p.config = parse_full_config(p.inputs.bytes("checkpoint/config.json"),
+                               o.checkpoint_dir + "/config.json");
+  p.index = parse_base_index(p.inputs.bytes("checkpoint/model.safetensors.index.json"),
+                             o.checkpoint_dir + "/model.safetensors.index.json");
+  p.delimiters = parse_delimiters(p.inputs.bytes("checkpoint/tokenizer.json"),
+                                  o.checkpoint_dir + "/tokenizer.json");
+  if (const FamilyMember* m = find_member(p.recipe.model); m && m->weights == "full") {
+    if (p.config.text.full_attention != m->config.full_attention)
+      fail(ErrorKind::kBadInput,
+           "{}/config.json has {} layers of another layout than {} ({} layers, full attention "
+           "on every fourth); it is not that member's checkpoint",
+           o.checkpoint_dir, p.config.text.layers, m->display, m->config.layers);
+  }
+  refuse_unindexed_shards(o.checkpoint_dir, p.index);
+  std::map<std::string, std::string> shard_digests;
+  std::vector<const SafetensorsFile*> opened;
+  for (const auto& shard : p.index.shards) {
+    if (!p.recipe.checkpoint.files.count(shard))
+      fail(ErrorKind::kBadInput,
+           "the checkpoint index uses shard {} but recipe {} does not pin it; run `kev pin` on a "
+           "trusted download",
+           shard, o.recipe_path);
+    p.shards.push_back(std::make_unique<SafetensorsFile>(o.checkpoint_dir + "/" + shard));
+    opened.push_back(p.shards.back().get());
+    shard_digests[shard] = p.inputs.digests.at("checkpoint/" + shard);
+  }
+  p.inputs.check_unchanged();
+  for (size_t s = 0; s < p.shards.size(); ++s)
+    for (const auto& t : p.shards[s]->tensors()) {
+      auto it = p.index.weight_map.find(t.name);
+      if (it == p.index.weight_map.end() || it->second != p.index.shards[s])
+        fail(ErrorKind::kBadInput, "checkpoint shard {} holds {}, which the index {}",
+             p.index.shards[s], t.name,
+             it == p.index.weight_map.end() ? "does not list" : "assigns to " + it->second);
+    }
+  check_full_tensors(p.config, opened, p.index.shards, o.checkpoint_dir);
+  for (const auto& [name, shard] : p.index.weight_map) {
+    auto at = std::lower_bound(p.index.shards.begin(), p.index.shards.end(), shard);
+    if (!p.shards[static_cast<size_t>(at - p.index.shards.begin())]->find(name))
+      fail(ErrorKind::kBadInput, "the checkpoint index assigns {} to {} but that shard lacks it",
+           name, shard);
+  }
+  p.weights_sha256 = full_weights_sha256(shard_digests);
+  p.head = extract_head(head_pt, p.config.text.hidden, head_path);
+  return p;
+}
+
+// Copies a verified shard byte for byte from its mapping, hashing what is written; the result
+// must be the pinned digest (a file changed between hashing and copying is refused).
+std::string copy_shard(const SafetensorsFile& in, const std::string& out_path,
+                       const std::string& pinned, Progress& progress) {
+  const MappedFile& f = in.file();
+  OutputFile out(out_path);
+  Sha256 hash;
+  for (size_t off = 0; off < f.size(); off += kChunkBytes) {
+    check_interrupted();
+    const size_t n = std::min(kChunkBytes, f.size() - off);
+    hash.update(f.data() + off, n);
+    out.write(f.data() + off, n);
+    f.release_pages(off, n);
+    progress.advance(n, 0);
+  }
+  out.close_synced();
+  std::string digest = hash.hex();
+  if (digest != pinned)
+    fail(ErrorKind::kIntegrity,
+         "{} changed after it was verified (SHA-256 {} while copying, {} pinned); nothing was "
+         "published",
+         in.path(), digest, pinned);
+  progress.advance(0, in.tensors().size());
+  return digest;
+}
+
+std::string full_manifest_json(const FullPlan& p,
+                               const std::map<std::string, std::string>& outputs) {
+  Json inputs = Json::object(), outs = Json::object();
+  for (const auto& [k, v] : p.inputs.digests) inputs[k] = v;
+  for (const auto& [k, v] : outputs) outs[k] = v;
+  Json m = {
+      {"format", kBundleFormat},
+      {"model", p.recipe.model},
+      {"weights", "full"},
+      {"weights_sha256", p.weights_sha256},
+      {"base", {{"repo", p.recipe.base.repo}, {"revision", p.recipe.base.revision}}},
+      {"checkpoint",
+       {{"repo", p.recipe.checkpoint.repo}, {"revision", p.recipe.checkpoint.revision}}},
+      {"reference", {{"repo", p.recipe.reference_repo}, {"revision", p.recipe.reference_revision}}},
+      {"inputs", inputs},
+      {"outputs", outs},
+      {"dtypes", {{"weights", "BF16"}, {"head", "F32"}}},
+      {"dimensions",
+       {{"hidden", p.config.text.hidden},
+        {"layers", p.config.text.layers},
+        {"pointer", p.head.pointer}}},
+      {"temperature", p.head.temperature},
+      {"checkpoint_fields", checkpoint_fields_json(p.fields)},
+      {"delimiters",
+       {{"state", p.delimiters.state},
+        {"question", p.delimiters.question},
+        {"option_open", p.delimiters.option_open},
+        {"option_close", p.delimiters.option_close},
+        {"decide", p.delimiters.decide}}},
+      {"producer", {{"name", kProducerName}, {"version", KEV_VERSION}}},
+  };
+  if (p.recipe.base.revision.empty()) m["base"]["revision"] = nullptr;
+  return m.dump(2) + "\n";
+}
+
+ExportSummary run_full_export(const ExportOptions& o, Recipe recipe,
+                              std::chrono::steady_clock::time_point start) {
+  FullPlan p = plan_full_export(o, std::move(recipe));
+  StagingDir staging(o.out_dir);
+  std::map<std::string, std::string> outputs;
+  uint64_t total = 0, tensors = 0;
+  for (const auto& s : p.shards) {
+    total += s->file().size();
+    tensors += s->tensors().size();
+  }
+  {
+    Progress progress("export", total, tensors);
+    for (size_t s = 0; s < p.shards.size(); ++s) {
+      const std::string& name = p.index.shards[s];
+      outputs[name] = copy_shard(*p.shards[s], staging.file(name),
+                                 p.inputs.digests.at("checkpoint/" + name), progress);
+    }
+  }
+  check_interrupted();
+  outputs[kHeadFile] = write_head_safetensors(staging.file(kHeadFile), p.head);
+  for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json", kIndexFile}) {
+    const std::string& bytes = p.inputs.bytes(std::string("checkpoint/") + name);
+    write_file_synced(staging.file(name), bytes);
+    outputs[name] = sha256_hex(bytes);
+  }
+  check_interrupted();
+  write_file_synced(staging.file(kManifestFile), full_manifest_json(p, outputs));
+  check_interrupted();
+  p.inputs.check_unchanged();
+  staging.publish();
+
+  ExportSummary sum;
+  sum.out_dir = o.out_dir;
+  sum.model = p.recipe.model;
+  sum.merge_isa = "none";
+  sum.tensors = tensors;
+  sum.shards = p.shards.size();
+  sum.input_bytes = p.inputs.total_bytes;
+  for (const auto& entry : std::filesystem::directory_iterator(o.out_dir))
+    sum.output_bytes += entry.file_size();
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return sum;
+}
+
 }  // namespace
 
 ExportSummary run_export(const ExportOptions& o) {
   auto start = std::chrono::steady_clock::now();
+  {
+    Recipe recipe = load_recipe(o.recipe_path);
+    if (recipe.weights == "full") {
+      require_fully_pinned(recipe, o.recipe_path);
+      if (path_exists(o.out_dir))
+        fail(ErrorKind::kBadInput, "{} already exists; choose a new output path or remove it first",
+             o.out_dir);
+      return run_full_export(o, std::move(recipe), start);
+    }
+  }
   Plan p = plan_export(o);
 
   StagingDir staging(o.out_dir);

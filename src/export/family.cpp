@@ -8,6 +8,9 @@ namespace {
 // The commit of jaredpalmer/kev whose model cards name the 0.8B, 9B and 27B releases.
 constexpr const char* kCardsCommit = "0771e6d1832e01cffe7695aaf385eb1625ca4017";
 
+// Kev 1.0's Kev-27B: the Hub main of jaredpalmer/kev-27b at the release, full weights (v2).
+constexpr const char* kKev27bRelease = "ef78cc8a34d5f426fb229c52089db189218cfe5c";
+
 struct Dims {
   int64_t hidden, intermediate, layers, heads, kv_heads, head_dim;
   int64_t linear_key_heads, linear_value_heads, linear_key_dim, linear_value_dim;
@@ -45,6 +48,7 @@ FamilyMember member(std::string model, std::string display, std::string base_rep
   m.reference_repo = "jaredpalmer/kev";
   m.reference_revision = std::move(ref_revision);
   m.config = qwen35_config(d);
+  if (m.model == "kev-27b") m.weights = "full";
   return m;
 }
 
@@ -53,15 +57,19 @@ FamilyMember member(std::string model, std::string display, std::string base_rep
 const std::vector<FamilyMember>& kev_family() {
   static const std::vector<FamilyMember> family = {
       member("kev-0.8b", "Kev-0.8B", "Qwen/Qwen3.5-0.8B-Base", "", "dc7cdfe2",
-             "jaredpalmer/kev-0.8b", "", kCardsCommit,
+             "jaredpalmer/kev-0.8b", "9a45d25eb2ab761841196625383fa1dff0e56c1e", kCardsCommit,
              {1024, 3584, 24, 8, 2, 256, 16, 16, 128, 128}),
       member("kev-4b", "Kev-4B", "Qwen/Qwen3.5-4B-Base", "1001bb4d826a52d1f399e183466143f4da7b741b",
              "", "jaredpalmer/kev-4b", "139fdd94f1b6a6ad80cc15e08fcb99cac885a101", "2074cc44",
              {2560, 9216, 32, 16, 4, 256, 16, 32, 128, 128}),
-      member("kev-9b", "Kev-9B", "Qwen/Qwen3.5-9B-Base", "", "68c46c4b", "jaredpalmer/kev-9b", "",
-             kCardsCommit, {4096, 12288, 32, 16, 4, 256, 16, 32, 128, 128}),
-      member("kev-27b", "Kev-27B", "Qwen/Qwen3.8-27B", "", "1d4bf0f2", "jaredpalmer/kev-27b", "",
-             kCardsCommit, {5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128}),
+      member("kev-9b", "Kev-9B", "Qwen/Qwen3.5-9B-Base", "", "68c46c4b", "jaredpalmer/kev-9b",
+             "b5d8c18e44c60888d138b65cb6507ff0a5a448a0", kCardsCommit,
+             {4096, 12288, 32, 16, 4, 256, 16, 32, 128, 128}),
+      member("kev-27b", "Kev-27B", "Qwen/Qwen3.8-27B", "", "1d4bf0f2", "jaredpalmer/kev-27b",
+             kKev27bRelease, kCardsCommit, {5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128}),
+      member("kev-27b-v1-lora", "Kev-27B v1 (LoRA)", "Qwen/Qwen3.8-27B", "", "1d4bf0f2",
+             "jaredpalmer/kev-27b", "", kCardsCommit,
+             {5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128}),
   };
   return family;
 }
@@ -95,6 +103,7 @@ TargetCounts count_targets(const std::vector<LoraTarget>& targets) {
 }
 
 TargetCounts member_counts(const FamilyMember& m) {
+  if (m.weights == "full") return {};  // no adapter: nothing to count
   LoraConfig all;
   all.rank = m.rank;
   all.alpha = m.alpha;

@@ -98,7 +98,9 @@ VerifiedInputs verify_pinned_inputs(const Recipe& recipe, const std::string& rec
   parallel_for(items.size(), [&](size_t i) {
     check_interrupted();
     const Item& it = items[i];
-    bool is_shard = it.key.starts_with("base/") && it.key.ends_with(".safetensors");
+    // Weight shards (the base's, or a full-weight checkpoint's own) are too large to hold.
+    bool is_shard = it.key.ends_with(".safetensors") &&
+                    (it.key.starts_with("base/") || recipe.weights == "full");
     if (!is_shard) {
       if (it.size > kSmallFileLimit)
         fail(ErrorKind::kBadInput,

@@ -11,13 +11,16 @@
 
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <regex>
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
+#include "kev/export/bundle.h"
 #include "kev/export/configs.h"
 #include "kev/export/family.h"
+#include "kev/export/full_weights.h"
 #include "kev/export/inventory.h"
 #include "kev/formats/checkpoint_fields.h"
 #include "kev/formats/torch_checkpoint.h"
@@ -118,6 +121,116 @@ void publish_no_replace(const std::string& tmp, const std::string& out) {
   fail(ErrorKind::kIo, "cannot create {}: {}", out, std::strerror(err));
 }
 
+// The checkpoint side's revision: given, from a snapshot path, or the release's; refuses none.
+void settle_revision(PinnedRepo& repo, const std::string& dir, const std::string& given,
+                     const char* side, const std::string& model, PinSummary& s) {
+  if (!given.empty()) {
+    if (!is_hex_of_length(given, 40))
+      fail(ErrorKind::kBadInput, "--{}-revision must be a 40-digit lowercase commit hash", side);
+    if (!repo.revision.empty() && given != repo.revision)
+      s.notes.push_back(fmt::format("{} revision {} given; the release revision of {} is {}", side,
+                                    given, repo.repo, repo.revision));
+    repo.revision = given;
+  }
+  Snapshot snap = detect_snapshot(dir);
+  if (snap.is_snapshot && !given.empty() && snap.revision != given)
+    fail(ErrorKind::kBadInput, "{} is a cache snapshot of revision {}, not the --{}-revision {}",
+         dir, snap.revision, side, given);
+  if (snap.is_snapshot) {
+    if (!repo.revision.empty() && snap.repo != repo.repo)
+      s.notes.push_back(fmt::format("{} is a cache snapshot of {}, not {}; recording {}", dir,
+                                    snap.repo, repo.repo, snap.repo));
+    if (!repo.revision.empty() && snap.revision != repo.revision)
+      s.notes.push_back(fmt::format("{} is revision {} of {}, not the release revision {}", dir,
+                                    snap.revision, snap.repo, repo.revision));
+    repo.repo = snap.repo;
+    repo.revision = snap.revision;
+  }
+  if (repo.revision.empty())
+    fail(ErrorKind::kBadInput,
+         "the release revision of {} is not known to kev ({} leaves it null: no full commit "
+         "was confirmed); pin from a Hugging Face cache snapshot "
+         "(.../models--ORG--NAME/snapshots/<commit>/), whose path names the revision, or "
+         "name it with --{}-revision",
+         repo.repo, model, side);
+}
+
+// A full-weight checkpoint (Kev 1.0's Kev-27B): no base, the checkpoint pins its own config,
+// tokenizer, index, shards and head.pt; every check `kev export` makes runs here first.
+PinSummary run_pin_full(const PinOptions& o, PinSummary s) {
+  Recipe& r = s.recipe;
+  const FamilyMember& member = *find_member(r.model);
+  if (!o.base_dir.empty())
+    s.notes.push_back(fmt::format(
+        "{} is a full-weight checkpoint: --base {} is not read (the checkpoint holds the whole "
+        "backbone and its tokenizer)",
+        member.display, o.base_dir));
+  if (!o.base_revision.empty())
+    s.notes.push_back("--base-revision is not used for a full-weight checkpoint");
+  const std::string form = checkpoint_form_from_files(o.checkpoint_dir);
+  if (form == "lora")
+    fail(ErrorKind::kBadInput,
+         "{} holds adapter_config.json, a LoRA checkpoint, but {} ({}) ships full weights; for "
+         "Kev-27B's LoRA release (the Hub tag v1-lora) pass --model kev-27b-v1-lora",
+         o.checkpoint_dir, member.display, r.model);
+  const std::string head_path = o.checkpoint_dir + "/head.pt";
+  std::string head_bytes = read_file(head_path);
+  PyValue head_pt = read_torch_checkpoint_bytes(head_bytes, head_path);
+  CheckpointFields fields = read_checkpoint_fields(head_pt, head_path);
+  if (fields.weights != "full") refuse_form_mismatch(o.checkpoint_dir, fields.weights, form);
+  if (form != "full") refuse_form_mismatch(o.checkpoint_dir, fields.weights, form);
+  const std::string index_path = o.checkpoint_dir + "/model.safetensors.index.json";
+  std::string index_bytes = read_file(index_path);
+  BaseIndex index = parse_base_index(index_bytes, index_path);
+  for (const auto& shard : index.shards) r.checkpoint.files[shard] = std::nullopt;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(o.checkpoint_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.starts_with("model") && n.ends_with(".safetensors") && !r.checkpoint.files.count(n))
+      fail(ErrorKind::kBadInput,
+           "{}: {} is not named by model.safetensors.index.json; upstream loads and hashes every "
+           "model*.safetensors of a full-weight checkpoint, so remove it or fix the index",
+           o.checkpoint_dir, n);
+  }
+  settle_revision(r.checkpoint, o.checkpoint_dir, o.checkpoint_revision, "checkpoint", r.model, s);
+  for (auto& [name, hash] : r.checkpoint.files) {
+    hash = hash_and_cross_check(o.checkpoint_dir, name, "checkpoint/" + name, s.cross_checked);
+    ++s.files;
+  }
+  if (sha256_hex(index_bytes) != *r.checkpoint.files["model.safetensors.index.json"] ||
+      sha256_hex(head_bytes) != *r.checkpoint.files["head.pt"])
+    fail(ErrorKind::kIntegrity, "{}: the index or head.pt changed while pinning", o.checkpoint_dir);
+  std::string config_bytes = read_file(o.checkpoint_dir + "/config.json");
+  if (sha256_hex(config_bytes) != *r.checkpoint.files["config.json"])
+    fail(ErrorKind::kIntegrity, "{}/config.json changed while pinning", o.checkpoint_dir);
+  FullConfig config = parse_full_config(config_bytes, o.checkpoint_dir + "/config.json");
+  if (config.text.full_attention != member.config.full_attention)
+    fail(ErrorKind::kBadInput,
+         "{}/config.json has {} layers of another layout than {} ({} layers, full attention on "
+         "every fourth); it is not that member's checkpoint",
+         o.checkpoint_dir, config.text.layers, member.display, member.config.layers);
+  std::vector<std::unique_ptr<SafetensorsFile>> shards;
+  std::vector<const SafetensorsFile*> opened;
+  for (const auto& shard : index.shards) {
+    shards.push_back(std::make_unique<SafetensorsFile>(o.checkpoint_dir + "/" + shard));
+    opened.push_back(shards.back().get());
+    for (const auto& t : shards.back()->tensors()) {
+      auto it = index.weight_map.find(t.name);
+      if (it == index.weight_map.end() || it->second != shard)
+        fail(ErrorKind::kBadInput, "checkpoint shard {} holds {}, which the index {}", shard,
+             t.name, it == index.weight_map.end() ? "does not list" : "assigns to " + it->second);
+    }
+  }
+  check_full_tensors(config, opened, index.shards, o.checkpoint_dir);
+  extract_head(head_pt, config.text.hidden, head_path);
+  std::string tmp = fmt::format("{}.kev-pin.{}", o.out_path, ::getpid());
+  TempFile guard{tmp};
+  write_file_synced(tmp, recipe_to_json(r));
+  publish_no_replace(tmp, o.out_path);
+  guard.keep = true;
+  return s;
+}
+
 }  // namespace
 
 std::string git_blob_sha1(std::string_view bytes) {
@@ -159,6 +272,11 @@ Recipe known_recipe(const std::string& model) {
   r.checkpoint.revision = m->checkpoint_revision;
   r.reference_repo = m->reference_repo;
   r.reference_revision = m->reference_revision;
+  r.weights = m->weights;
+  if (r.weights == "full") {
+    for (const char* f : kRequiredFullCheckpointFiles) r.checkpoint.files[f] = std::nullopt;
+    return r;
+  }
   r.rank = m->rank;
   r.alpha = m->alpha;
   r.targets = member_counts(*m).total();
@@ -172,8 +290,20 @@ PinSummary run_pin(const PinOptions& o) {
   s.recipe = known_recipe(o.model);
   if (path_exists(o.out_path))
     fail(ErrorKind::kBadInput, "{} already exists; kev pin never overwrites a recipe", o.out_path);
+  if (s.recipe.weights == "full") return run_pin_full(o, std::move(s));
   Recipe& r = s.recipe;
   const FamilyMember& member = *find_member(r.model);
+  if (o.base_dir.empty())
+    fail(ErrorKind::kBadInput,
+         "{} is a LoRA checkpoint: --base (the base model directory its adapter is merged into) "
+         "is required",
+         member.display);
+  if (std::string form = checkpoint_form_from_files(o.checkpoint_dir); form == "full")
+    fail(ErrorKind::kBadInput,
+         "{} holds backbone weights (config.json and shards) and no adapter, a full-weight "
+         "checkpoint, but {} ({}) is a LoRA adapter; Kev 1.0's full-weight Kev-27B is --model "
+         "kev-27b",
+         o.checkpoint_dir, member.display, r.model);
   // head.pt's inference fields before anything else, so that a checkpoint kev cannot run is
   // refused by the field that says so (a fully fine-tuned one has no adapter files to hash).
   // Where head.pt is missing, hashing below says so; where it does not even parse, that is
@@ -192,6 +322,10 @@ PinSummary run_pin(const PinOptions& o) {
       malformed_head = std::current_exception();
     }
   }
+  // Upstream's rule: the files decide the form; a head.pt that says otherwise is not theirs.
+  if (!malformed_head && fields.weights != "lora")
+    refuse_form_mismatch(o.checkpoint_dir, fields.weights,
+                         checkpoint_form_from_files(o.checkpoint_dir));
   std::string index_bytes = read_file(o.base_dir + "/model.safetensors.index.json");
   BaseIndex index = parse_base_index(index_bytes, o.base_dir + "/model.safetensors.index.json");
   for (const auto& shard : index.shards) r.base.files[shard] = std::nullopt;

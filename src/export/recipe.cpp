@@ -35,7 +35,8 @@ std::string string_member(const Json& obj, const char* key, const std::string& w
   return v.get<std::string>();
 }
 
-PinnedRepo parse_repo(const Json& root, const char* key, const std::string& file) {
+PinnedRepo parse_repo(const Json& root, const char* key, const std::string& file,
+                      bool files_optional = false) {
   const Json& j = member(root, key, "the recipe", file);
   if (!j.is_object()) fail(ErrorKind::kBadInput, "recipe {}: \"{}\" must be an object", file, key);
   PinnedRepo r;
@@ -48,7 +49,13 @@ PinnedRepo parse_repo(const Json& root, const char* key, const std::string& file
       fail(ErrorKind::kBadInput,
            "recipe {}: {}.revision must be null or a 40-digit lowercase commit hash", file, key);
   }
+  if (files_optional && !j.contains("files")) return r;
   const Json& files = member(j, "files", key, file);
+  if (files_optional)
+    fail(ErrorKind::kBadInput,
+         "recipe {}: a full-weight recipe pins no {} files (the checkpoint holds the whole "
+         "backbone); remove {}.files",
+         file, key, key);
   if (!files.is_object() || files.empty())
     fail(ErrorKind::kBadInput, "recipe {}: {}.files must be a non-empty object", file, key);
   for (const auto& [name, hash] : files.items()) {
@@ -68,12 +75,12 @@ PinnedRepo parse_repo(const Json& root, const char* key, const std::string& file
   return r;
 }
 
-Json repo_json(const PinnedRepo& r) {
+Json repo_json(const PinnedRepo& r, bool with_files = true) {
   Json files = Json::object();
   for (const auto& [name, hash] : r.files) files[name] = hash ? Json(*hash) : Json(nullptr);
-  return {{"repo", r.repo},
-          {"revision", r.revision.empty() ? Json(nullptr) : Json(r.revision)},
-          {"files", files}};
+  Json j = {{"repo", r.repo}, {"revision", r.revision.empty() ? Json(nullptr) : Json(r.revision)}};
+  if (with_files) j["files"] = files;
+  return j;
 }
 
 }  // namespace
@@ -95,7 +102,13 @@ Recipe parse_recipe(std::string_view text, const std::string& file) {
     fail(ErrorKind::kUnsupported, "recipe {} has format \"{}\"; this kev reads \"{}\"", file,
          r.format, kRecipeFormat);
   r.model = string_member(root, "model", "the recipe", file);
-  r.base = parse_repo(root, "base", file);
+  if (auto w = root.find("weights"); w != root.end()) {
+    if (*w != "lora" && *w != "full")
+      fail(ErrorKind::kBadInput, "recipe {}: \"weights\" must be \"lora\" or \"full\"", file);
+    r.weights = w->get<std::string>();
+  }
+  const bool full = r.weights == "full";
+  r.base = parse_repo(root, "base", file, full);
   r.checkpoint = parse_repo(root, "checkpoint", file);
   const Json& ref = member(root, "reference", "the recipe", file);
   if (!ref.is_object()) fail(ErrorKind::kBadInput, "recipe {}: reference must be an object", file);
@@ -104,6 +117,21 @@ Recipe parse_recipe(std::string_view text, const std::string& file) {
   if (r.reference_revision.size() < 7 || r.reference_revision.size() > 40 ||
       !is_hex(r.reference_revision))
     fail(ErrorKind::kBadInput, "recipe {}: reference.revision must be a (short) commit hash", file);
+  if (full) {
+    if (root.contains("lora"))
+      fail(ErrorKind::kBadInput,
+           "recipe {}: a full-weight recipe has no \"lora\" section (nothing is merged)", file);
+    for (const char* f : kRequiredFullCheckpointFiles)
+      if (!r.checkpoint.files.count(f))
+        fail(ErrorKind::kBadInput, "recipe {} does not list checkpoint file {}", file, f);
+    for (const char* f : {"adapter_config.json", "adapter_model.safetensors"})
+      if (r.checkpoint.files.count(f))
+        fail(ErrorKind::kBadInput,
+             "recipe {} says \"weights\": \"full\" but pins checkpoint file {}; a full-weight "
+             "checkpoint has no adapter",
+             file, f);
+    return r;
+  }
   const Json& lora = member(root, "lora", "the recipe", file);
   auto positive_int = [&](const char* key) {
     const Json& v = member(lora, key, "lora", file);
@@ -131,6 +159,15 @@ Recipe load_recipe(const std::string& path) {
 }
 
 std::string recipe_to_json(const Recipe& r) {
+  if (r.weights == "full") {
+    Json root = {{"format", r.format},
+                 {"model", r.model},
+                 {"weights", "full"},
+                 {"base", repo_json(r.base, false)},
+                 {"checkpoint", repo_json(r.checkpoint)},
+                 {"reference", {{"repo", r.reference_repo}, {"revision", r.reference_revision}}}};
+    return root.dump(2) + "\n";
+  }
   Json lora = {{"rank", r.rank}, {"targets", r.targets}};
   if (r.alpha == std::floor(r.alpha) && std::abs(r.alpha) < 1e15)
     lora["alpha"] = static_cast<int64_t>(r.alpha);
@@ -148,6 +185,7 @@ std::string recipe_to_json(const Recipe& r) {
 void require_fully_pinned(const Recipe& r, const std::string& recipe_path) {
   for (const auto* repo : {&r.base, &r.checkpoint}) {
     const char* side = repo == &r.base ? "base" : "checkpoint";
+    if (repo == &r.base && r.weights == "full") continue;  // identity only: nothing is read
     if (repo->revision.empty())
       fail(ErrorKind::kBadInput,
            "recipe {} does not pin the {} revision of {} (it is null); run `kev pin --base DIR "

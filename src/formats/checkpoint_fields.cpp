@@ -31,8 +31,9 @@ constexpr Field kFields[] = {
     {"special_embeddings", "False", "false",
      "trained delimiter embeddings, PEFT trainable tokens, replace rows of the embedding matrix, "
      "which kev does not apply"},
-    {"weights", "\"lora\"", "\"lora\"",
-     "kev merges a LoRA adapter into the pinned base and loads no fully fine-tuned backbone"},
+    {"weights", "\"lora\" or \"full\"", "\"lora\" or \"full\"",
+     "a checkpoint is either a LoRA adapter on a pinned base or a fully fine-tuned backbone "
+     "shipped as its own shards"},
     {"weights_dtype", "\"fp32\" or \"bf16\"", "\"fp32\" or \"bf16\"",
      "both are merged alike, one rounding of W + scale * B A to BF16, and no other weight "
      "format is implemented"},
@@ -163,7 +164,9 @@ CheckpointFields read_checkpoint_fields(const PyValue& root, const std::string& 
     } else if (*key == "option_isolation" || *key == "special_embeddings" || *key == "multimodal") {
       if (!is_false(v)) refuse_head_field(name, *key, v);
     } else if (*key == "weights") {
-      if (!v.as_string() || *v.as_string() != "lora") refuse_head_field(name, *key, v);
+      const std::string* s = v.as_string();
+      if (!s || (*s != "lora" && *s != "full")) refuse_head_field(name, *key, v);
+      f.weights = *s;
     } else if (*key == "weights_dtype") {
       const std::string* s = v.as_string();
       if (!s || (*s != "fp32" && *s != "bf16")) refuse_head_field(name, *key, v);
@@ -176,6 +179,20 @@ CheckpointFields read_checkpoint_fields(const PyValue& root, const std::string& 
            "field that might change inference rather than guess (it knows {})",
            name, *key, shown(v), known_head_keys());
     }
+  }
+  if (f.weights == "full") {
+    // A full-weight checkpoint's backbone loads in the dtype head.pt names; kev runs BF16
+    // weights only, so a float32 backbone is refused rather than rounded.
+    if (f.weights_dtype != "bf16")
+      fail(ErrorKind::kUnsupported,
+           "{}: \"weights\" is \"full\" with \"weights_dtype\" \"{}\"; kev runs a full-weight "
+           "backbone only as stored in bfloat16 (\"bf16\"), and would have to round this one",
+           name, f.weights_dtype);
+    if (f.lora && *f.lora != 0)
+      fail(ErrorKind::kBadInput,
+           "{}: \"weights\" is \"full\" but \"lora\" is {}; a full-weight checkpoint has no "
+           "adapter (lora 0)",
+           name, *f.lora);
   }
   return f;
 }
@@ -193,9 +210,10 @@ nlohmann::json checkpoint_fields_json(const CheckpointFields& f) {
 void check_bundle_supported(const ManifestJson& m, const std::string& path) {
   if (!m.is_object()) fail(ErrorKind::kBadInput, "{} must hold a JSON object", path);
   static constexpr const char* kKnown[] = {
-      "format",     "model",       "base",           "checkpoint", "reference",
-      "inputs",     "outputs",     "merged_targets", "lora",       "dtypes",
-      "dimensions", "temperature", "delimiters",     "producer",   "checkpoint_fields"};
+      "format",     "model",         "base",           "checkpoint", "reference",
+      "inputs",     "outputs",       "merged_targets", "lora",       "dtypes",
+      "dimensions", "temperature",   "delimiters",     "producer",   "checkpoint_fields",
+      "weights",    "weights_sha256"};
   // Named copies rather than structured bindings: clang 14 (the fuzz and TSan builds) cannot
   // capture a structured binding in a lambda.
   for (const auto& item : m.items()) {
@@ -209,6 +227,17 @@ void check_bundle_supported(const ManifestJson& m, const std::string& path) {
   if (auto it = m.find("format"); it != m.end() && *it != kBundleFormatTag)
     fail(ErrorKind::kUnsupported, "{}: \"format\" is {}; this kev runs \"{}\" bundles", path,
          shown(*it), kBundleFormatTag);
+  // The form: "lora" (merged into the base) or "full" (the checkpoint's own backbone). A bundle
+  // from before the key existed is a LoRA export.
+  std::string form = "lora";
+  if (auto it = m.find("weights"); it != m.end()) {
+    if (*it != "lora" && *it != "full")
+      fail(ErrorKind::kUnsupported, "{}: \"weights\" is {}; kev runs only \"lora\" or \"full\"",
+           path, shown(*it));
+    form = it->get<std::string>();
+  }
+  if (auto it = m.find("weights_sha256"); it != m.end() && !it->is_string())
+    fail(ErrorKind::kBadInput, "{}: \"weights_sha256\" is {}, not a string", path, shown(*it));
   if (auto it = m.find("checkpoint_fields"); it != m.end()) {
     if (!it->is_object())
       fail(ErrorKind::kBadInput, "{}: \"checkpoint_fields\" is {}, not an object", path,
@@ -226,7 +255,7 @@ void check_bundle_supported(const ManifestJson& m, const std::string& path) {
              path, key, shown(v), KEV_VERSION);
       bool ok = false;
       if (key == "weights")
-        ok = v == "lora";
+        ok = v == form;
       else if (key == "weights_dtype")
         ok = v == "fp32" || v == "bf16";
       else if (key == "quantization" || key == "trainable_token_indices")
@@ -235,6 +264,12 @@ void check_bundle_supported(const ManifestJson& m, const std::string& path) {
         ok = v == false;
       if (!ok) {
         const Field& f = field(key);
+        if (key == "weights" && (v == "lora" || v == "full"))
+          fail(ErrorKind::kUnsupported,
+               "{}: checkpoint_fields.weights is {} but the bundle's \"weights\" is \"{}\"; the "
+               "manifest contradicts itself (edited?), and kev refuses rather than guess which "
+               "form the shards hold",
+               path, shown(v), form);
         fail(ErrorKind::kUnsupported, "{}: checkpoint_fields.{} is {}; kev runs only {}: {}", path,
              key, shown(v), f.json, f.why);
       }

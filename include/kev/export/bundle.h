@@ -2,7 +2,8 @@
 //
 // A bundle directory holds: config.json, tokenizer.json, tokenizer_config.json (copied from the
 // base), the base's shard files (same names and tensor-to-shard assignment, LoRA targets merged
-// to BF16), model.safetensors.index.json, head.safetensors (F32 q.weight [p,d], q.bias [p],
+// to BF16; for a full-weight checkpoint its own files, config and shards byte for byte),
+// model.safetensors.index.json, head.safetensors (F32 q.weight [p,d], q.bias [p],
 // k.weight [p,d], k.bias [p]) and kev_export.json, the manifest, written last. The calibration
 // temperature lives in the manifest under "temperature"; the delimiter token ids under
 // "delimiters"; head.pt's inference fields under "checkpoint_fields" (formats/checkpoint_fields.h).

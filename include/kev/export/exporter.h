@@ -9,6 +9,12 @@
 // manifest last, fsync and rename into place. Any error or SIGINT/SIGTERM removes the staging
 // directory; `out` never exists partially. Peak memory: a few chunk buffers plus one target's
 // LoRA factors, independent of model size.
+//
+// A full-weight recipe ("weights": "full", export/full_weights.h) takes no base: after (1)-(2)
+// the checkpoint's own config, index, shard headers and head are checked as upstream checks them,
+// then each shard is copied byte for byte from its verified mapping (hashed while written; a
+// digest other than the pinned one refuses the export), the small files are the verified bytes,
+// and head.safetensors and the manifest (weights "full", weights_sha256) are written as above.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,7 +22,7 @@
 namespace kev {
 
 struct ExportOptions {
-  std::string recipe_path, base_dir, checkpoint_dir, out_dir;
+  std::string recipe_path, base_dir, checkpoint_dir, out_dir;  // base_dir: LoRA recipes only
 };
 
 struct ExportSummary {

@@ -1,5 +1,8 @@
-// The Kev family: Kev-0.8B, Kev-4B, Kev-9B and Kev-27B, each a LoRA adapter (all twelve dense
-// and GDN projections, rank 16, alpha 32) plus a pointer head on a Qwen3.5-architecture base.
+// The Kev family as Kev 1.0 released it: Kev-0.8B, Kev-4B and Kev-9B, each a LoRA adapter (all
+// twelve dense and GDN projections, rank 16, alpha 32) plus a pointer head on a
+// Qwen3.5-architecture base; Kev-27B (v2), full bf16 weights of a fine-tuned Qwen3.8-27B plus the
+// head (weights "full": no adapter, no target inventory); and Kev-27B v1 (the Hub tag v1-lora,
+// model "kev-27b-v1-lora"), a LoRA adapter on Qwen3.8-27B.
 //
 // Each member carries the published text config of its base (layer count, layer kinds, sizes).
 // The LoRA inventory a member's release must have is derived from that config with
@@ -23,6 +26,7 @@ namespace kev {
 
 struct FamilyMember {
   std::string model;                     // "kev-4b": the recipe's "model"
+  std::string weights = "lora";          // "lora" or "full" (the recipe's "weights")
   std::string display;                   // "Kev-4B"
   std::string base_repo, base_revision;  // revision: 40 hex, or empty when not confirmed
   std::string base_revision_prefix;      // short hash a model card names where no full one is known
@@ -33,7 +37,7 @@ struct FamilyMember {
   BaseTextConfig config;  // the base's published text settings
 };
 
-// In size order: kev-0.8b, kev-4b, kev-9b, kev-27b.
+// In size order: kev-0.8b, kev-4b, kev-9b, kev-27b, kev-27b-v1-lora.
 const std::vector<FamilyMember>& kev_family();
 
 // nullptr for a model outside the family.

@@ -8,7 +8,8 @@
 // - Every file except the base shards (JSON, head.pt, adapter_model.safetensors; each at most
 //   kSmallFileLimit bytes) is read into memory once and hashed from those bytes; the exporter
 //   parses exactly those bytes, so no later change on disk can reach the bundle.
-// - Base shards (GBs) are hashed through a mapping and re-mapped by the exporter. Their
+// - Base shards (GBs; a full-weight checkpoint's own shards likewise) are hashed through a mapping
+//   and re-mapped by the exporter. Their
 //   FileIdentity is taken before and after hashing (a change while hashing is refused) and kept;
 //   check_unchanged() compares it again (the exporter calls it once the shards are mapped and
 //   again right before publishing) and refuses with kIntegrity naming the file.

@@ -1,5 +1,11 @@
 // `kev pin`: write a fully pinned recipe from a trusted local download.
 //
+// A full-weight member (kev-27b, Kev 1.0) takes no base: the checkpoint's config.json,
+// tokenizer files, index, every shard the index names and head.pt are hashed, and every check
+// `kev export` makes (export/full_weights.h) runs before the recipe is written. Upstream's form
+// rule applies to every member: adapter files make a LoRA checkpoint, config + shards without
+// them a full one; head.pt's "weights" must agree and the member's form must be that one.
+//
 // Hashes the base files (config, tokenizer, tokenizer_config, index and every shard the index
 // names) and the checkpoint files (adapter_config, adapter_model, head.pt). When a directory is
 // a Hugging Face cache snapshot (.../models--ORG--NAME/snapshots/<revision>/ with files that are
@@ -26,7 +32,7 @@
 namespace kev {
 
 struct PinOptions {
-  std::string base_dir, checkpoint_dir, out_path, model = "kev-4b";
+  std::string base_dir, checkpoint_dir, out_path, model = "kev-4b";  // base_dir: LoRA only
   // A revision the user vouches for (40 hex); needed where the recipe's is null and the
   // directory is not a Hugging Face cache snapshot. Empty: not given.
   std::string base_revision, checkpoint_revision;

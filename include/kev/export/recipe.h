@@ -5,6 +5,9 @@
 // Error(kBadInput) naming the recipe and field. A null hash or revision is legal in a recipe
 // (the shipped ones have them) but require_fully_pinned refuses it, pointing to `kev pin`.
 // The format tag "kev-4b-merged/1" names the schema, which every member of the family shares.
+// "weights": "full" (absent = "lora") marks a full-weight checkpoint: the checkpoint pins its
+// own config, tokenizer, index and shards plus head.pt; "base" names what it was fine-tuned
+// from (repo and revision, identity only, no files) and there is no "lora" section.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -26,6 +29,7 @@ struct PinnedRepo {
 struct Recipe {
   std::string format = kRecipeFormat;
   std::string model;
+  std::string weights = "lora";  // "lora" or "full"
   PinnedRepo base, checkpoint;
   std::string reference_repo, reference_revision;
   int64_t rank = 0;
@@ -38,6 +42,11 @@ inline constexpr const char* kRequiredBaseFiles[] = {
     "config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json"};
 inline constexpr const char* kRequiredCheckpointFiles[] = {"adapter_config.json",
                                                            "adapter_model.safetensors", "head.pt"};
+
+// A full-weight checkpoint's files besides the shards its index names.
+inline constexpr const char* kRequiredFullCheckpointFiles[] = {
+    "config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json",
+    "head.pt"};
 
 Recipe parse_recipe(std::string_view json, const std::string& name_for_errors);
 Recipe load_recipe(const std::string& path);

@@ -7,8 +7,9 @@
 //     (the adapter rank: an int, compared with adapter_config.json's r by the caller);
 //   - identity: base (str), base_revision (str or None); the recipe pins the base itself;
 //   - an inference field, absent (upstream's default) or exactly a value kev implements:
-//     option_isolation False, special_embeddings False, weights "lora", weights_dtype "fp32" or
-//     "bf16", multimodal False, quantization None;
+//     option_isolation False, special_embeddings False, weights "lora" or "full", weights_dtype
+//     "fp32" or "bf16" (only "bf16" with weights "full", whose lora must be 0), multimodal False,
+//     quantization None;
 //   - provenance (kProvenanceKeys: args, holdout, suite_sha256, init_source, temperature_fit,
 //     snapshot), accepted whatever it holds.
 // Anything else throws Error(kUnsupported) with one sentence naming the key, its value and what
@@ -18,7 +19,8 @@
 // check_bundle_supported(manifest, path): what a bundle reader (the pointer head's loader, so
 // kev score, kev serve and kev head) accepts. Keys the manifest omits are not checked (minimal
 // and older manifests), but every key present must be one this kev knows, "format" must be
-// kBundleFormatTag, "checkpoint_fields" must hold only known fields at supported values and
+// kBundleFormatTag, "weights" (the form) "lora" or "full" (absent: "lora"), "checkpoint_fields"
+// must hold only known fields at supported values (its "weights" equal to the form) and
 // "dtypes" only the dtypes kev runs; otherwise Error(kUnsupported) naming the key and value
 // (a bundle written by a newer kev, or edited). A non-object manifest is Error(kBadInput).
 #pragma once
@@ -42,7 +44,7 @@ inline constexpr const char* kProvenanceKeys[] = {"args",        "holdout",     
 struct CheckpointFields {
   bool option_isolation = false;       // isolated option spans (own mask and positions): refused
   bool special_embeddings = false;     // trained delimiter embedding rows: refused
-  std::string weights = "lora";        // "full" (a fully fine-tuned backbone): refused
+  std::string weights = "lora";        // "lora" or "full" (a fully fine-tuned backbone)
   std::string weights_dtype = "fp32";  // "fp32" or "bf16" (merged alike; bundle-format.md)
   bool multimodal = false;             // refused
   std::optional<int64_t> lora;         // head.pt's adapter rank, where it says

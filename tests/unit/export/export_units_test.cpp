@@ -227,11 +227,21 @@ TEST(Configs, InventoryFollowsLayerTypes) {
 // The family's inventories follow from each base's layer structure: L x 3 MLP, 4 per full
 // attention layer (every fourth), 5 per GDN layer. Expected numbers are that arithmetic.
 TEST(Family, CountsFollowTheBaseConfigs) {
-  std::map<std::string, std::pair<int64_t, int64_t>> layers_full = {
-      {"kev-0.8b", {24, 6}}, {"kev-4b", {32, 8}}, {"kev-9b", {32, 8}}, {"kev-27b", {64, 16}}};
+  std::map<std::string, std::pair<int64_t, int64_t>> layers_full = {{"kev-0.8b", {24, 6}},
+                                                                    {"kev-4b", {32, 8}},
+                                                                    {"kev-9b", {32, 8}},
+                                                                    {"kev-27b", {64, 16}},
+                                                                    {"kev-27b-v1-lora", {64, 16}}};
   ASSERT_EQ(kev_family().size(), layers_full.size());
   for (const auto& m : kev_family()) {
     auto [layers, full] = layers_full.at(m.model);
+    EXPECT_EQ(static_cast<int64_t>(m.config.full_attention.size()), layers) << m.model;
+    if (m.weights == "full") {  // Kev 1.0's Kev-27B: no adapter, nothing to count
+      EXPECT_EQ(m.model, "kev-27b");
+      EXPECT_EQ(member_counts(m).total(), 0);
+      EXPECT_EQ(known_recipe(m.model).weights, "full");
+      continue;
+    }
     TargetCounts c = member_counts(m);
     EXPECT_EQ(c.mlp, 3 * layers) << m.model;
     EXPECT_EQ(c.attention, 4 * full) << m.model;
@@ -241,7 +251,7 @@ TEST(Family, CountsFollowTheBaseConfigs) {
   EXPECT_EQ(member_counts(*find_member("kev-0.8b")).total(), 186);
   EXPECT_EQ(member_counts(*find_member("kev-4b")).total(), 248);
   EXPECT_EQ(member_counts(*find_member("kev-9b")).total(), 248);
-  EXPECT_EQ(member_counts(*find_member("kev-27b")).total(), 496);
+  EXPECT_EQ(member_counts(*find_member("kev-27b-v1-lora")).total(), 496);
   EXPECT_EQ(find_member("kev-1b"), nullptr);
   EXPECT_EQ(kind_of([&] { known_recipe("kev-1b"); }), ErrorKind::kUnsupported);
 }

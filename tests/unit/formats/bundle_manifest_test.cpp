@@ -77,6 +77,26 @@ TEST(BundleManifest, RefusesUnsupportedCheckpointField) {
                       ErrorKind::kUnsupported, "checkpoint_fields.weights");
 }
 
+TEST(BundleManifest, FullWeightFormMustAgreeWithItsField) {
+  expect_read_refused(R"({"model": "m", "weights": "merged"})", ErrorKind::kUnsupported,
+                      "\"weights\" is \"merged\"");
+  expect_read_refused(
+      R"({"model": "m", "weights": "lora", "checkpoint_fields": {"weights": "full"}})",
+      ErrorKind::kUnsupported, "contradicts itself");
+  expect_read_refused(
+      R"({"model": "m", "weights": "full", "checkpoint_fields": {"weights": "lora"}})",
+      ErrorKind::kUnsupported, "checkpoint_fields.weights");
+  expect_read_refused(R"({"model": "m", "weights": "full", "weights_sha256": 3})",
+                      ErrorKind::kBadInput, "weights_sha256");
+}
+
+TEST(BundleManifest, AcceptsAFullWeightBundle) {
+  Bundle b(R"({"model": "kev-27b", "weights": "full", "weights_sha256": "ab",
+    "checkpoint_fields": {"weights": "full", "weights_dtype": "bf16"},
+    "dtypes": {"weights": "BF16", "head": "F32"}})");
+  EXPECT_EQ(read_bundle_manifest(b.dir()).model(), "kev-27b");
+}
+
 TEST(BundleManifest, ReadsTypedValues) {
   Bundle b(R"({"model": "kev-4b", "temperature": 1.25,
     "base": {"repo": "Qwen/Qwen3.5-4B-Base", "revision": "abc"},
