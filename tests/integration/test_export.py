@@ -312,7 +312,11 @@ def test_copied_files_head_and_manifest(synth):
         m = json.load(f)
     assert set(m) == {"format", "model", "base", "checkpoint", "reference", "inputs", "outputs",
                       "merged_targets", "lora", "dtypes", "dimensions", "temperature", "delimiters",
-                      "producer", "checkpoint_fields"}
+                      "producer", "checkpoint_fields", "weights", "weights_sha256"}
+    # upstream's provenance of a LoRA checkpoint: the adapter file's SHA-256
+    assert m["weights"] == "lora"
+    with open(os.path.join(ckpt, "adapter_model.safetensors"), "rb") as f:
+        assert m["weights_sha256"] == hashlib.sha256(f.read()).hexdigest()
     assert m["checkpoint_fields"] == {k: head_pt[k] for k in (
         "option_isolation", "special_embeddings", "weights", "weights_dtype")} | {
         "multimodal": False, "quantization": None, "trainable_token_indices": None}
@@ -646,7 +650,7 @@ HEAD_FIELD_REFUSALS = [
     ("option_isolation", 1, "1"),
     ("option_isolation", None, "None"),
     ("special_embeddings", True, "True"),
-    ("weights", "full", '"full"'),
+    ("weights", "merged", '"merged"'),
     ("weights_dtype", "int4", '"int4"'),
     ("weights_dtype", "fp16", '"fp16"'),
     ("multimodal", True, "True"),

@@ -38,11 +38,17 @@ MEMBERS = {
                    intermediate=9216, layers=32, heads=16, kv=4, lk=16, lv=32, targets=248, shape="tiny"),
     "kev-9b": dict(base="Qwen/Qwen3.5-9B-Base", ckpt="jaredpalmer/kev-9b", hidden=4096,
                    intermediate=12288, layers=32, heads=16, kv=4, lk=16, lv=32, targets=248, shape="tiny"),
-    "kev-27b": dict(base="Qwen/Qwen3.8-27B", ckpt="jaredpalmer/kev-27b", hidden=5120,
+    # Kev-27B's LoRA release (Hub tag v1-lora); Kev 1.0's Kev-27B is full weights
+    # (test_full_weights.py).
+    "kev-27b-v1-lora": dict(base="Qwen/Qwen3.8-27B", ckpt="jaredpalmer/kev-27b", hidden=5120,
                     intermediate=17408, layers=64, heads=24, kv=4, lk=16, lv=48, targets=496,
                     shape="tiny-27b"),
 }
 REV = "0123456789abcdef0123456789abcdef01234567"
+# Kev 1.0's checkpoint revisions (REFERENCE.md section 1); the v1-lora tag's commit is not known.
+RELEASE = {"kev-0.8b": "9a45d25eb2ab761841196625383fa1dff0e56c1e",
+           "kev-4b": "139fdd94f1b6a6ad80cc15e08fcb99cac885a101",
+           "kev-9b": "b5d8c18e44c60888d138b65cb6507ff0a5a448a0", "kev-27b-v1-lora": None}
 
 
 def published_text_config(m):
@@ -99,10 +105,11 @@ def test_shipped_recipe_count_follows_the_published_config(model):
     assert r["model"] == model and r["base"]["repo"] == m["base"] and r["checkpoint"]["repo"] == m["ckpt"]
     assert r["lora"]["rank"] == 16 and r["lora"]["alpha"] == 32
     assert all(v is None for side in ("base", "checkpoint") for v in r[side]["files"].values())
+    assert r["checkpoint"]["revision"] == RELEASE[model]
     if model == "kev-4b":
         assert r["base"]["revision"] == "1001bb4d826a52d1f399e183466143f4da7b741b"
     else:  # no full commit confirmed: null, filled by kev pin
-        assert r["base"]["revision"] is None and r["checkpoint"]["revision"] is None
+        assert r["base"]["revision"] is None
 
 
 @pytest.mark.parametrize("model,card_millions", [("kev-0.8b", 11.3), ("kev-9b", 45.4)])
@@ -138,7 +145,7 @@ def round_trip(tmp, model, shape):
     # Kev-27B was trained on a bf16 backbone (head.pt weights_dtype "bf16"), the others in fp32;
     # the manifest records what head.pt says.
     head = torch.load(synth / "checkpoint" / "head.pt")
-    assert head["weights_dtype"] == ("bf16" if model == "kev-27b" else "fp32")
+    assert head["weights_dtype"] == ("bf16" if model == "kev-27b-v1-lora" else "fp32")
     assert manifest["checkpoint_fields"]["weights_dtype"] == head["weights_dtype"]
     assert manifest["merged_targets"] == sorted(f"model.language_model.{s}.weight" for s, _, _ in want)
     r = load(recipe)
@@ -192,8 +199,8 @@ def test_pin_refuses_a_layout_of_another_member(small, tmp_path):
         assert needle in proc.stderr, proc.stderr
     assert not out.exists()
     s = small / "tiny"
-    proc = kevtest.run_kev("pin", "--model", "kev-27b", "--base", s / "base", "--checkpoint", s / "checkpoint",
-                           "--out", out, *revision_flags("kev-27b"), check=False)
+    proc = kevtest.run_kev("pin", "--model", "kev-27b-v1-lora", "--base", s / "base", "--checkpoint",
+                           s / "checkpoint", "--out", out, *revision_flags("kev-27b-v1-lora"), check=False)
     assert proc.returncode == 2 and "496" in proc.stderr and "--model kev-4b or --model kev-9b" in proc.stderr
     assert not out.exists()
 
@@ -253,7 +260,7 @@ def hashed_recipe(model, base, ckpt, path, targets):
     # the recipe agrees with the adapter, but the member's release has all twelve projections
     ("kev-0.8b", "tiny-0.8b", 168, "in_proj_a", ["168", "186", "Kev-0.8B"]),
     # a Kev-4B-depth adapter exported under a Kev-27B recipe
-    ("kev-27b", "tiny", 248, None, ["248", "496", "Kev-27B"]),
+    ("kev-27b-v1-lora", "tiny", 248, None, ["248", "496", "Kev-27B"]),
 ])
 def test_export_refuses_a_mismatched_adapter(small, tmp_path, model, shape, targets, drop, needles):
     import shutil

@@ -138,7 +138,7 @@ def set_head_field(path, key, value):
 @pytest.mark.parametrize("key,value,needle", [
     ("option_isolation", True, '"option_isolation" is True'),
     ("special_embeddings", True, '"special_embeddings" is True'),
-    ("weights", "full", '"weights" is "full"'),
+    ("weights", "merged", '"weights" is "merged"'),
     ("weights_dtype", "int4", '"weights_dtype" is "int4"'),
     ("multimodal", True, '"multimodal" is True'),
     ("quantization", {"bits": 4}, '"quantization" is {"bits": 4}'),
@@ -167,9 +167,10 @@ def test_unsupported_checkpoint_field_refused(synth, tmp_path, key, value, needl
     assert not [p for p in os.listdir(tmp_path) if "kev-pin" in p]
 
 
-def test_full_weight_checkpoint_refused_by_its_field(synth, tmp_path):
-    """A fully fine-tuned checkpoint has no adapter: the refusal names head.pt's "weights", not
-    a missing adapter file."""
+def test_full_weight_head_without_its_files_refused_by_its_field(synth, tmp_path):
+    """A head.pt that says "full" beside neither an adapter nor backbone weights: the refusal
+    names head.pt's "weights" and what the files hold, not a missing adapter file (full-weight
+    checkpoints themselves: test_full_weights.py)."""
     ckpt = tmp_path / "checkpoint"
     shutil.copytree(synth / "checkpoint", ckpt)
     os.remove(ckpt / "adapter_config.json")
@@ -177,7 +178,8 @@ def test_full_weight_checkpoint_refused_by_its_field(synth, tmp_path):
     set_head_field(ckpt / "head.pt", "weights", "full")
     out = tmp_path / "r.json"
     proc = kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", ckpt, "--out", out, check=False)
-    assert proc.returncode == 5 and '"weights" is "full"' in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert 'head.pt says weights="full" but the checkpoint holds neither' in proc.stderr, proc.stderr
     assert not out.exists()
 
 
