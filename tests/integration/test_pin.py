@@ -175,7 +175,10 @@ def test_full_weight_head_without_its_files_refused_by_its_field(synth, tmp_path
     shutil.copytree(synth / "checkpoint", ckpt)
     os.remove(ckpt / "adapter_config.json")
     os.remove(ckpt / "adapter_model.safetensors")
-    set_head_field(ckpt / "head.pt", "weights", "full")
+    d = torch.load(ckpt / "head.pt")
+    d.update(weights="full", lora=0, weights_dtype="bf16")
+    os.remove(ckpt / "head.pt")
+    torch.save(d, ckpt / "head.pt")
     out = tmp_path / "r.json"
     proc = kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", ckpt, "--out", out, check=False)
     assert proc.returncode == 2, proc.stderr
