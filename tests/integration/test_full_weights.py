@@ -437,3 +437,14 @@ def test_synth_full_form_is_the_released_layout(tmp_path):
     _, bundle = pin_export(ck, tmp_path)
     run_kev("verify", bundle)
     assert len(score(bundle)) == len(REQUESTS)
+
+
+def test_a_write_failure_mid_copy_leaves_nothing(full, tmp_path):
+    """A disk that fills up in the second shard: exit 4, no bundle and no staging directory."""
+    ck, recipe, _ = full
+    out = tmp_path / "bundle"
+    first = os.path.getsize(ck / SHARDS[0])
+    proc = run_kev("export", "--recipe", recipe, "--checkpoint", ck, "--out", out, check=False,
+                   env={"KEV_FAULT_WRITE_AFTER_BYTES": str(first + 4096)})
+    assert proc.returncode == 4 and "No space left" in proc.stderr, proc.stderr
+    assert os.listdir(tmp_path) == []
