@@ -1,5 +1,5 @@
 # Install rules (`cmake --install`), the CMake package config (find_package(kev) -> kev::kev),
-# man pages and bash completion generated from `kev ... --help`.
+# man pages and bash completion generated from `kev ... --help`, and the Debian package (CPack).
 # Layout under the prefix (docs/install.md):
 #   bin/kev                                   the command
 #   include/kev/, lib/libkev_*.a              the library (component Development)
@@ -8,6 +8,7 @@
 #   share/bash-completion/completions/kev
 #   share/doc/kev-native/                     README.md, docs/
 #   share/kev/recipes/, share/kev/examples/   pinned recipes, the example request set
+#   lib/systemd/system/kev.service, etc/default/kev   (the Debian package only: KEV_SYSTEMD_UNIT)
 #   KEV_PYTHON_INSTALL_DIR/kev_native/        the Python module (python/CMakeLists.txt)
 include(CMakePackageConfigHelpers)
 
@@ -65,3 +66,13 @@ if(KEV_CLI_DOCS)
   install(FILES ${kev_cli_docs_dir}/kev.bash RENAME kev
           DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/bash-completion/completions COMPONENT Runtime)
 endif()
+
+# The systemd unit and its environment file: for the Debian package (or an install to /), not
+# for a user's prefix. deploy/kev.service says how they are used.
+option(KEV_SYSTEMD_UNIT "Install the systemd unit and /etc/default/kev" OFF)
+if(KEV_SYSTEMD_UNIT)
+  install(FILES ${KEV_ROOT}/deploy/kev.service DESTINATION lib/systemd/system COMPONENT Runtime)
+  install(FILES ${KEV_ROOT}/deploy/kev.env RENAME kev DESTINATION /etc/default COMPONENT Runtime)
+endif()
+
+include(${KEV_ROOT}/cmake/package.cmake)
