@@ -9,7 +9,7 @@
 #    larger than with the real slim image);
 # 2. podman builds the Containerfile with --pull=never (chroot isolation, vfs storage: no daemon,
 #    no overlay mounts needed), so its only downloads are the Debian packages it installs;
-# 3. the runtime image's root is mounted and its /usr/local/bin/kev started as uid 10001 with a
+# 3. the runtime image's root is mounted and its /usr/bin/kev started as uid 10001 with a
 #    synthetic bundle (made by the host's kev) bound at /bundle: GET /health/ready, one
 #    POST /v1/systemone, SIGTERM, exit 0. (`podman run` itself cannot set its rlimits inside
 #    some sandboxes; chroot runs the same files.)
@@ -54,7 +54,7 @@ echo "== 3. the image's kev, as uid 10001, on a synthetic bundle"
 cid=$("${podman[@]}" create kev-native:check)
 mnt=$("${podman[@]}" mount "$cid")
 mkdir -p "$mnt/bundle" && mount --bind "$work/bundle" "$mnt/bundle"
-chroot --userspec=10001:10001 "$mnt" /usr/local/bin/kev serve --bundle /bundle --host 127.0.0.1 --port 0 \
+chroot --userspec=10001:10001 "$mnt" /usr/bin/kev serve --bundle /bundle --host 127.0.0.1 --port 0 \
   >"$work/serve.out" 2>"$work/serve.err" &
 pid=$!
 for _ in $(seq 100); do [ -s "$work/serve.out" ] && break; sleep 0.1; done

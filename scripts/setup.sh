@@ -13,6 +13,9 @@ PACKAGES=(
   nlohmann-json3-dev libssl-dev libzip-dev libcli11-dev libfmt-dev libpcre2-dev
   libutf8proc-dev libopenblas-dev libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libmicrohttpd-dev libcpp-httplib-dev  # only for bench/http_layers (the HTTP-layer comparison)
+  # the Python module kev_native (python/) and the Debian package's checks (scripts/package.sh,
+  # scripts/test_package.sh: dpkg-shlibdeps, mmdebstrap; curl)
+  python3-dev pybind11-dev python3-pybind11 python3-setuptools python3-venv dpkg-dev mmdebstrap curl
   python3 python3-torch python3-numpy python3-scipy python3-pytest python3-prometheus-client nodejs npm haproxy
   python3-tqdm time  # only for bench/llama_peer.py (llama.cpp's GGUF converter; peak RSS)
   # ARM64 under emulation (scripts/test_aarch64.sh): the cross compiler, qemu-user and the arm64

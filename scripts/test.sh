@@ -7,6 +7,8 @@
 #   KEV_FUZZ_SECONDS (default 20) sets the per-target fuzz smoke time; 0 skips fuzzing.
 #   KEV_AARCH64=0 skips the aarch64 cross-build and its emulated tests (scripts/test_aarch64.sh).
 #   KEV_TSAN=0 skips the ThreadSanitizer run.
+#   KEV_PACKAGE_TEST=1 also builds the Debian package and installs, runs and purges it in a clean
+#   Debian root (scripts/test_package.sh; off by default: ~10 minutes and the archive's network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -54,6 +56,11 @@ if [ "${KEV_TSAN:-1}" != 0 ]; then
   cmake --preset tsan >/dev/null
   cmake --build build/tsan -j "$(nproc)" --target kev test_serve
   scripts/tsan.sh
+fi
+
+if [ "${KEV_PACKAGE_TEST:-0}" = 1 ]; then
+  echo "== Debian package: install, run, purge in a clean root (scripts/test_package.sh)" >&2
+  scripts/test_package.sh
 fi
 
 fuzz_seconds=${KEV_FUZZ_SECONDS:-20}
