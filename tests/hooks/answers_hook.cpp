@@ -6,8 +6,9 @@
 // stdin, one JSON object a line, one line of output each:
 //   {"request": <a /v1/systemone request>, "probabilities": [[p, ...] per question],
 //    "decimals": n (optional, default 4)}  ->  the answers object, as the server prints it
-//   {"sum": [x, ...]}                       ->  {"sum": python_sum(x)}
-//   {"round": x, "decimals": n}             ->  {"round": python_round(x, n)}
+//   {"sum": [x, ...]}                       ->  {"sum": "<repr of python_sum(x)>"}
+//   {"round": x, "decimals": n}             ->  {"round": "<repr of python_round(x, n)>"}
+// (as Python's repr text, so that infinities and -0.0 come through)
 // A line the mapping refuses prints {"error": "<message>"}.
 #include <iostream>
 #include <string>
@@ -25,10 +26,14 @@ int main() {
       const int decimals = in.value("decimals", 4);
       if (in.contains("sum")) {
         const std::vector<double> xs = in["sum"].get<std::vector<double>>();
-        std::cout << kev::OrderedJson{{"sum", kev::python_sum(xs)}}.dump() << "\n";
+        std::cout << kev::OrderedJson{{"sum", kev::python_float_repr(kev::python_sum(xs))}}.dump()
+                  << "\n";
       } else if (in.contains("round")) {
         const double x = in["round"].get<double>();
-        std::cout << kev::OrderedJson{{"round", kev::python_round(x, decimals)}}.dump() << "\n";
+        std::cout << kev::OrderedJson{{"round",
+                                       kev::python_float_repr(kev::python_round(x, decimals))}}
+                         .dump()
+                  << "\n";
       } else {
         const kev::ApiRequest request = kev::request_from_json(in["request"]);
         const auto p = in["probabilities"].get<std::vector<std::vector<double>>>();

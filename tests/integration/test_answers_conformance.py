@@ -270,12 +270,12 @@ def test_sum_and_round_hooks():
     sums += [[0.1] * 10, [1e100, 1.0, -1e100, 1.0], [-0.0], [-0.0, -0.0], [1e308, 1e308], [0.1, 0.2, 0.3]]
     got = hook([{"sum": xs} for xs in sums])
     for xs, g in zip(sums, got):
-        assert exact(g["sum"]) == exact(py_sum(xs)), xs
+        assert g["sum"] == repr(py_sum(xs)), xs
     xs = [rng.random() * rng.choice([1, 1e-4, 300]) for _ in range(3000)] + [i / 32 for i in range(64)] + [0.00005, 2.675]
     for n in (1, 4):
         got = hook([{"round": x, "decimals": n} for x in xs] + [{"round": -1e-20, "decimals": n}])
         for x, g in zip(xs + [-1e-20], got):
-            assert exact(g["round"]) == exact(round(x, n)), (x, n)
+            assert g["round"] == repr(round(x, n)), (x, n)
 
 
 # ----------------------------------------------------------------------------------------------------------------
