@@ -369,12 +369,14 @@ def test_over_limit_messages(bundle):
     req = long_request(1500)
     n = tokens(bundle, req["state"]) + 1
     assert n > 1000
-    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--max-state", 1000, input=json.dumps(req) + "\n")
+    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--max-state", 1000, input=json.dumps(req) + "\n",
+                   check=False)
     assert json.loads(proc.stdout) == {"detail": state_message(n, 1000), "status": 422}
     # Exactly at the limit is taken; one over is refused.
     ok = run_kev("score", "--bundle", bundle, "--jsonl", "--max-state", n, input=json.dumps(req) + "\n")
     assert json.loads(ok.stdout)["usage"]["input_tokens"] > n
-    over = run_kev("score", "--bundle", bundle, "--jsonl", "--max-state", n - 1, input=json.dumps(req) + "\n")
+    over = run_kev("score", "--bundle", bundle, "--jsonl", "--max-state", n - 1, input=json.dumps(req) + "\n",
+                   check=False)
     assert json.loads(over.stdout)["detail"] == state_message(n, n - 1)
     # The row: 1.0's encode message, the branch counted as <q> instructions (<opt> option </opt>)* <decide>.
     q = {"type": "choice", "instructions": "Which one of these?", "criteria": {"alpha": "the first", "beta": None}}
@@ -382,7 +384,8 @@ def test_over_limit_messages(bundle):
     s = tokens(bundle, "short state") + 1
     branch = 1 + tokens(bundle, q["instructions"]) + (2 + tokens(bundle, "alpha: the first")) + (2 + tokens(bundle, "beta")) + 1
     limit = s + branch - 1
-    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--max-row", limit, input=json.dumps(row) + "\n")
+    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--max-row", limit, input=json.dumps(row) + "\n",
+                   check=False)
     assert json.loads(proc.stdout) == {
         "detail": f"branch too long: {branch} tokens with a {s}-token state (row limit {limit})", "status": 422}
     ok = run_kev("score", "--bundle", bundle, "--jsonl", "--max-row", limit + 1, input=json.dumps(row) + "\n")

@@ -131,10 +131,6 @@ TEST(ApiRequestMapping, Accepts255Options) {
   EXPECT_EQ(req(body + "}}}}").questions[0].options.size(), 255u);
 }
 
-double round4(double x) {
-  return std::nearbyint(x * 1e4) / 1e4;
-}
-
 // Dyadic probabilities: every sum, product and quotient below is exact in binary, so the
 // formulas written out here are the exact values (no summation order can change them).
 TEST(ApiAnswers, FormulasOfKev10) {
