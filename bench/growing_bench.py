@@ -72,7 +72,7 @@ def post(port, body, timeout=3600):
 
 def start(kev, bundle, args):
     p = subprocess.Popen([kev, "serve", "--bundle", bundle, "--port", "0", "--max-state", "16384",
-                          "--max-row", "20000", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          "--max-row", "20000", "--usage-details", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          text=True)
     listening = json.loads(p.stdout.readline())
     return p, int(listening["listening"].rsplit(":", 1)[1])

@@ -76,7 +76,7 @@ def make_request(binary, bundle, state_tokens):
 def native(binary, bundle, req, stream):
     lines = [req, req] + [req] * stream
     t0 = time.perf_counter()
-    out = kev(binary, "score", "--bundle", bundle, "--jsonl", input="".join(json.dumps(r) + "\n" for r in lines))
+    out = kev(binary, "score", "--bundle", bundle, "--jsonl", "--usage-details", input="".join(json.dumps(r) + "\n" for r in lines))
     wall = time.perf_counter() - t0
     res = [json.loads(l) for l in out.splitlines()]
     stream_ms = sum(r["latency_ms"] for r in res[2:])

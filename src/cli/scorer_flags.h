@@ -57,15 +57,21 @@ inline void apply_temperature_env(const CLI::Option* flag, double& t) {
 }
 
 inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
-  app.add_option("--max-state", o.limits.max_state, "max state tokens, <state> included")
+  app.add_option("--max-state", o.limits.max_state,
+                 "max state tokens, <state> included (Kev 1.0's 65,536)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--max-row", o.limits.max_row, "max tokens of state + one question")
+  app.add_option("--max-row", o.limits.max_row,
+                 "max tokens of state + one question (Kev 1.0's 73,728)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--max-input-tokens", o.max_input_tokens,
-                 "max packed tokens of one request (state + every question)")
+                 "max packed tokens of one request, state + every question (0: no cap, as Kev "
+                 "1.0)")
       ->capture_default_str();
+  app.add_flag("--usage-details", o.usage_details,
+               "add kev's usage fields (state_tokens, cached_tokens, input_tokens_details) to "
+               "every response (also KEV_USAGE_DETAILS=1)");
   app.add_flag("--truncate", o.limits.truncate, "truncate an over-long state instead of refusing");
   app.add_option("--decimals", o.decimals, "round answers to N decimals (negative: exact)")
       ->capture_default_str();
@@ -91,7 +97,11 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
       ->capture_default_str();
   app.add_option("--threads", o.forward.threads,
                  "compute threads per request (default: all cores)");
-  add_precision_flag(app, o.forward.precision);
+  add_precision_flag(app, o.forward.precision)
+      ->description(
+          "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within the parity "
+          "budget of docs/performance.md); also KEV_DTYPE=fp32|float32|bf16|bfloat16, which this "
+          "flag overrides");
   add_temperature_flag(app, o.temperature);
 }
 

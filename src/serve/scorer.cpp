@@ -213,7 +213,7 @@ void Scorer::prepare(Pending& p) const {
   const ApiRequest& request = *p.request;
   p.enc = encode_record(tokenizer_, delimiters_, to_record(request), options_.limits);
   const Encoding& enc = p.enc;
-  if (enc.ids.size() > options_.max_input_tokens)
+  if (options_.max_input_tokens > 0 && enc.ids.size() > options_.max_input_tokens)
     fail(ErrorKind::kBadInput, "the request encodes to {} tokens; the limit is {} per request",
          enc.ids.size(), options_.max_input_tokens);
   const size_t s = enc.state_length;
@@ -268,19 +268,23 @@ void Scorer::finish(Pending& p, std::vector<RowResult> hidden,
   double latency =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   OrderedJson answers = answers_json(request, result.probabilities, {options_.decimals});
-  // Upstream's usage: state_tokens is the whole state; a truncating scorer also says what was
-  // read (state_tokens_used) and, on every response, whether it truncated.
+  // Kev 1.0's Server._body: usage is input_tokens and output_tokens; a truncating scorer adds the
+  // whole state's tokens (state_tokens) and what was read (state_tokens_used), and on every
+  // response whether it truncated. --usage-details adds kev's own fields.
   OrderedJson usage = {{"input_tokens", result.usage.input_tokens},
-                       {"output_tokens", output_tokens(answers)},
-                       {"state_tokens", result.usage.full_state_tokens}};
+                       {"output_tokens", output_tokens(answers)}};
+  if (options_.limits.truncate || options_.usage_details)
+    usage["state_tokens"] = result.usage.full_state_tokens;
   if (options_.limits.truncate) usage["state_tokens_used"] = result.usage.state_tokens;
-  usage["cached_tokens"] = result.usage.cached_tokens;
-  // The same count where OpenAI-style usage readers (and upstream) look for it.
-  usage["input_tokens_details"] = {{"cached_tokens", result.usage.cached_tokens}};
+  if (options_.usage_details) {
+    usage["cached_tokens"] = result.usage.cached_tokens;
+    // The same count where OpenAI-style usage readers look for it.
+    usage["input_tokens_details"] = {{"cached_tokens", result.usage.cached_tokens}};
+  }
   result.response = {{"model", request.model},
                      {"answers", std::move(answers)},
                      {"usage", usage},
-                     {"latency_ms", python_round(latency, 3)}};
+                     {"latency_ms", python_round(latency, 1)}};
   if (options_.limits.truncate) result.response["truncated"] = result.usage.truncated;
 }
 
@@ -347,21 +351,21 @@ OrderedJson Scorer::separate(const ApiRequest& request, const std::function<bool
   one.state = request.state;
   OrderedJson answers = OrderedJson::object();
   size_t input_tokens = 0;
-  double latency = 0;
+  std::vector<double> latencies;
   ScoreUsage first;
   for (size_t i = 0; i < request.questions.size(); ++i) {
     one.questions = {request.questions[i]};
     ScoreResult r = score(one, gone);
     for (auto& [id, a] : r.response["answers"].items()) answers[id] = a;
     input_tokens += r.usage.input_tokens;
-    latency += r.response["latency_ms"].get<double>();
+    latencies.push_back(r.response["latency_ms"].get<double>());
     if (i == 0) first = r.usage;
   }
   const size_t out_tokens = output_tokens(answers);
   OrderedJson body = {{"model", request.model},
                       {"answers", std::move(answers)},
                       {"usage", {{"input_tokens", input_tokens}, {"output_tokens", out_tokens}}},
-                      {"latency_ms", python_round(latency, 1)}};
+                      {"latency_ms", python_round(python_sum(latencies), 1)}};
   add_truncation_marks(body, first);
   return body;
 }

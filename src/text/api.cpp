@@ -1,9 +1,8 @@
-// Rules confirmed against the upstream Kev source (kev/api.py) and a published host port of it:
-// render(), option_text(), question_keys(), to_record(), choice_confidence(), round_prob().
-// Unconfirmed or deliberately different (see the header and docs): the score confidence
-// follows docs/reference.md (1 - E|i-mode|/(L-1)); a later upstream version divides by the mean
-// distance of a uniform distribution instead. Integers beyond 64 bits render as floats
-// (Python keeps them exact). Duplicate JSON keys are refused (Python keeps the last one).
+// Rules confirmed against Kev 1.0's kev/api.py (docs/api.md names the revisions): render(),
+// option_text(), question_keys(), to_record(), _normalize(), choice_confidence(),
+// score_confidence(), round_prob(), to_answers(); sums as CPython >= 3.12's sum() of floats.
+// Deliberately different (docs/api.md): integers beyond 64 bits render as floats (Python keeps
+// them exact); duplicate JSON keys are refused (Python keeps the last one).
 #include "kev/text/api.h"
 
 #include <algorithm>
@@ -393,6 +392,84 @@ Record to_record(const ApiRequest& request) {
   return rec;
 }
 
+double python_sum(std::span<const double> items) {
+  // CPython >= 3.12 builtin_sum_impl with the default start 0 (an int): the first float is added
+  // to 0 (so -0.0 becomes 0.0), then every further float goes through Neumaier's compensated
+  // step; the compensation is added at the end only when it is non-zero and finite (so an
+  // overflowed or infinite sum is not turned into NaN, and a negative zero keeps its sign).
+  if (items.empty()) return 0.0;
+  double sum = 0.0 + items[0];
+  double c = 0.0;
+  for (size_t i = 1; i < items.size(); ++i) {
+    const double x = items[i];
+    const double t = sum + x;
+    if (std::fabs(sum) >= std::fabs(x)) {
+      c += (sum - t) + x;
+    } else {
+      c += (x - t) + sum;
+    }
+    sum = t;
+  }
+  if (c != 0.0 && std::isfinite(c)) sum += c;
+  return sum;
+}
+
+namespace {
+
+// The first index of the largest value (Python's max(range(n), key=p.__getitem__)).
+size_t first_max(const std::vector<double>& p) {
+  size_t best = 0;
+  for (size_t i = 1; i < p.size(); ++i) {
+    if (p[i] > p[best]) best = i;
+  }
+  return best;
+}
+
+// 1.0's _normalize: p / sum(p), or uniform 1/len when the sum is 0.
+std::vector<double> normalized(const std::vector<double>& p) {
+  const double t = python_sum(p);
+  const double k = static_cast<double>(p.size());
+  std::vector<double> n(p.size());
+  for (size_t i = 0; i < p.size(); ++i) n[i] = t == 0 ? 1.0 / k : p[i] / t;
+  return n;
+}
+
+// Python's max(0.0, x): 0.0 unless x > 0.0 (so -0.0 and NaN give 0.0).
+double at_least_zero(double x) {
+  return x > 0.0 ? x : 0.0;
+}
+
+}  // namespace
+
+double choice_confidence(const std::vector<double>& p) {
+  if (p.size() == 1) return 1.0;
+  const std::vector<double> n = normalized(p);
+  const double k = static_cast<double>(p.size());
+  return (n[first_max(n)] - 1.0 / k) / (1.0 - 1.0 / k);
+}
+
+double score_confidence(const std::vector<double>& p) {
+  const size_t l = p.size();
+  if (l == 1) return 1.0;
+  const std::vector<double> n = normalized(p);
+  const size_t mode = first_max(n);
+  const double mid = static_cast<double>(l - 1) / 2.0;
+  std::vector<double> terms(l);
+  for (size_t i = 0; i < l; ++i) terms[i] = std::fabs(static_cast<double>(i) - mid);
+  const double d = python_sum(terms) / static_cast<double>(l);
+  for (size_t i = 0; i < l; ++i) {
+    const size_t dist = i > mode ? i - mode : mode - i;
+    terms[i] = n[i] * static_cast<double>(dist);
+  }
+  return at_least_zero(1.0 - python_sum(terms) / d);
+}
+
+double expected_score(const std::vector<double>& p) {
+  std::vector<double> terms(p.size());
+  for (size_t i = 0; i < p.size(); ++i) terms[i] = static_cast<double>(i) * p[i];
+  return python_sum(terms);
+}
+
 OrderedJson answers_json(const ApiRequest& request,
                          const std::vector<std::vector<double>>& probabilities,
                          const AnswerOptions& options) {
@@ -405,32 +482,22 @@ OrderedJson answers_json(const ApiRequest& request,
   for (size_t qi = 0; qi < request.questions.size(); ++qi) {
     const ApiQuestion& q = request.questions[qi];
     const std::vector<double>& p = probabilities[qi];
-    if (p.size() != q.options.size()) {
+    if (p.size() != q.options.size() || p.empty()) {
       fail(ErrorKind::kInternal, "question {}: {} probabilities for {} options", q.id, p.size(),
            q.options.size());
     }
-    size_t argmax = 0;
-    for (size_t i = 1; i < p.size(); ++i) {
-      if (p[i] > p[argmax]) argmax = i;
-    }
-    const double k = static_cast<double>(p.size());
     OrderedJson a = OrderedJson::object();
     a["type"] = type_name(q.type);
     if (q.type == QuestionType::kNoul) {
       a["noul"] = r(p[1]);
     } else if (q.type == QuestionType::kChoice) {
-      a["choice"] = q.keys[argmax];
-      a["confidence"] = r(p.size() == 1 ? 1.0 : (p[argmax] - 1.0 / k) / (1.0 - 1.0 / k));
+      a["choice"] = q.keys[first_max(p)];
+      a["confidence"] = r(choice_confidence(p));
       OrderedJson dist = OrderedJson::object();
       for (size_t i = 0; i < p.size(); ++i) dist[q.keys[i]] = r(p[i]);
       a["probabilities"] = std::move(dist);
     } else {
-      double score = 0.0, spread = 0.0;
-      for (size_t i = 0; i < p.size(); ++i) {
-        score += static_cast<double>(i) * p[i];
-        spread += p[i] * std::fabs(static_cast<double>(i) - static_cast<double>(argmax));
-      }
-      a["score"] = r(score);
+      a["score"] = r(expected_score(p));
       OrderedJson legend = OrderedJson::object();
       OrderedJson dist = OrderedJson::object();
       for (size_t i = 0; i < p.size(); ++i) {
@@ -439,7 +506,7 @@ OrderedJson answers_json(const ApiRequest& request,
       }
       a["legend"] = std::move(legend);
       a["probabilities"] = std::move(dist);
-      a["confidence"] = r(p.size() == 1 ? 1.0 : 1.0 - spread / (k - 1.0));
+      a["confidence"] = r(score_confidence(p));
     }
     answers[q.id] = std::move(a);
   }

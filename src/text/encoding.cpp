@@ -74,6 +74,15 @@ std::vector<int32_t> Encoding::row_ids(size_t question) const {
   return r;
 }
 
+std::string with_thousands(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 Encoding encode_record(const Tokenizer& tok, const Delimiters& d, const Record& record,
                        const EncodeLimits& limits) {
   if (limits.max_state < 1 || limits.max_row < 1) {
@@ -84,10 +93,17 @@ Encoding encode_record(const Tokenizer& tok, const Delimiters& d, const Record& 
   e.state_tokens = state.size() + 1;
   if (static_cast<int64_t>(e.state_tokens) > limits.max_state) {
     if (!limits.truncate) {
-      fail(ErrorKind::kBadInput,
-           "state is {} tokens, over the {}-token limit (the <state> token included): shorten "
-           "the document or split it across requests",
-           e.state_tokens, limits.max_state);
+      const std::string limit = with_thousands(static_cast<uint64_t>(limits.max_state));
+      std::string msg = fmt::format(
+          "state is {} tokens, over the {}-token limit (the <state> token included): shorten "
+          "the document or split it across requests",
+          with_thousands(e.state_tokens), limit);
+      if (limits.truncate_hint)
+        msg += fmt::format(
+            "; or start the server with KEV_TRUNCATE_STATES=1 to read only its first {} tokens "
+            "(responses then say truncated: true)",
+            limit);
+      throw Error(ErrorKind::kBadInput, msg);
     }
     state.resize(static_cast<size_t>(limits.max_state - 1));
     e.truncated = true;
@@ -114,9 +130,8 @@ Encoding encode_record(const Tokenizer& tok, const Delimiters& d, const Record& 
     br.push_back(d.decide);
     row.decide = s + br.size() - 1;
     if (static_cast<int64_t>(br.size()) > limits.max_row - static_cast<int64_t>(s)) {
-      fail(ErrorKind::kBadInput,
-           "question {} is too long: its branch is {} tokens with a {}-token state (row limit {})",
-           k + 1, br.size(), s, limits.max_row);
+      fail(ErrorKind::kBadInput, "branch too long: {} tokens with a {}-token state (row limit {})",
+           br.size(), s, limits.max_row);
     }
     size_t base = e.ids.size();
     e.ids.insert(e.ids.end(), br.begin(), br.end());

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(HAPROXY is None, reason=HAPROXY_REASON)
 # Two failed checks (not one) so that a replica starved of CPU on a busy machine is not taken
 # out by one late answer.
 CHECKS = ("--check-inter", "200ms", "--fall", 2, "--rise", 1, "--nbthread", 1)
-REPLICA_ARGS = ("--threads", 1, "--max-state", 512)
+REPLICA_ARGS = ("--threads", 1, "--max-state", 512, "--usage-details")
 
 
 @pytest.fixture(scope="module")

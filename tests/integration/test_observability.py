@@ -83,7 +83,7 @@ def histogram(families, family, **labels):
 
 def test_metrics_count_exactly_what_was_done(bundle):
     # One cache entry: A (miss), A (hit), A (hit), B (miss, evicts A), A (miss, evicts B).
-    s = ServeProcess(bundle, "--cache-entries", 1, "--max-state", 256)
+    s = ServeProcess(bundle, "--cache-entries", 1, "--max-state", 256, "--usage-details")
     try:
         text0, before = scrape(s)
         assert value(before, "kev_http_requests", "kev_http_requests_total", route="/v1/systemone") == 0
@@ -208,7 +208,7 @@ def stop_and_log(s):
 
 
 def test_json_request_log(bundle):
-    s = ServeProcess(bundle, "--log-format", "json", "--max-state", 256)
+    s = ServeProcess(bundle, "--log-format", "json", "--max-state", 256, "--usage-details")
     sent = 0
     try:
         status, first_headers, _ = s.score(REQ_A)

@@ -26,7 +26,8 @@ def bundle(tmp_path_factory):
 
 def stream(bundle, reqs, *extra):
     text = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in reqs)
-    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--decimals", "-1", *extra, input=text, check=False)
+    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--decimals", "-1", "--usage-details", *extra, input=text,
+                   check=False)
     return proc, [json.loads(l) for l in proc.stdout.splitlines()]
 
 
@@ -35,7 +36,7 @@ def probs(answer):
 
 
 def test_single_request_shape(bundle):
-    out = json.loads(run_kev("score", "--bundle", bundle,
+    out = json.loads(run_kev("score", "--bundle", bundle, "--usage-details",
                              input=json.dumps({"state": STATE, "questions": QUESTIONS})).stdout)
     assert set(out) == {"model", "answers", "usage", "latency_ms"}
     assert out["model"] == "kev-latest"

@@ -29,7 +29,8 @@ MIXES = [{"c": CHOICE}, {"n": NOUL, "s": SCORE}, {"s": SCORE, "c": CHOICE, "n": 
          {"c1": CHOICE, "c2": {**CHOICE, "instructions": "Other?"}}, {"n": NOUL}]
 # States scored before the batch (cached when the batch runs).
 WARM = [{"customer": "Ada", "cart": ["tea", "scones"]}, "plain text state", ["a", {"b": 1.5, "c": True}]]
-SERVER_ARGS = ("--max-inflight", 1, "--max-queue", 64, "--cache-entries", 256, "--max-state", 2048)
+SERVER_ARGS = ("--max-inflight", 1, "--max-queue", 64, "--cache-entries", 256, "--max-state", 2048,
+               "--usage-details")
 
 
 def req(state, mix):

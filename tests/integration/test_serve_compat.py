@@ -431,22 +431,21 @@ def test_replay_typed_decisions(bundle, server, i):
         assert perm["runs"][0]["probabilities"] == score(server, {**req, "questions": {qid: q}})["answers"][qid]["probabilities"]
 
 
-# Upstream's truncation fields on /v1/systemone: usage.state_tokens is the whole state; a
-# truncating server adds usage.state_tokens_used and "truncated" to every response.
+# Kev 1.0's truncation fields on /v1/systemone: usage is input_tokens and output_tokens; a
+# truncating server adds usage.state_tokens (the whole state), usage.state_tokens_used and
+# "truncated" to every response.
 
 def test_truncation_fields(bundle, server):
     got = score(server, REQUEST)
     assert "truncated" not in got and "state_tokens_used" not in got["usage"]
-    assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "cached_tokens",
-                                  "input_tokens_details"]
+    assert list(got["usage"]) == ["input_tokens", "output_tokens"]
     s = ServeProcess(bundle, "--max-state", 16, "--truncate")
     try:
         long_req = {"state": "word " * 100, "questions": {"n": NOUL}}
         status, _, got = post(s, "/v1/systemone", long_req)
         assert status == 200, got
         assert list(got) == ["model", "answers", "usage", "latency_ms", "truncated"]
-        assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "state_tokens_used", "cached_tokens",
-                                      "input_tokens_details"]
+        assert list(got["usage"]) == ["input_tokens", "output_tokens", "state_tokens", "state_tokens_used"]
         assert got["truncated"] is True and got["usage"]["state_tokens_used"] == 16 < got["usage"]["state_tokens"]
         cli = json.loads(run_kev("score", "--bundle", bundle, "--max-state", 16, "--truncate",
                                  input=json.dumps(long_req)).stdout)
@@ -553,7 +552,8 @@ def card(s):
 
 
 def test_env_configuration(bundle):
-    s = serve_env(bundle, {"KEV_TRUNCATE_STATES": "1", "KEV_PREFIX_CACHE": "0", "KEV_PREFIX_MAX_TOKENS": "5000"})
+    s = serve_env(bundle, {"KEV_TRUNCATE_STATES": "1", "KEV_PREFIX_CACHE": "0", "KEV_PREFIX_MAX_TOKENS": "5000",
+                           "KEV_USAGE_DETAILS": "1"})
     try:
         c = card(s)
         assert c["truncate_states"] is True and c["prefix_cache"]["size"] == 0 and c["prefix_cache"]["max_tokens"] == 5000
@@ -563,7 +563,7 @@ def test_env_configuration(bundle):
         assert card(s)["prefix_cache"]["hits"] == 0
     finally:
         s.close()
-    s = serve_env(bundle, {"KEV_PREFIX_MIN_TOKENS": "100000", "KEV_TRUNCATE_STATES": "0"})
+    s = serve_env(bundle, {"KEV_PREFIX_MIN_TOKENS": "100000", "KEV_TRUNCATE_STATES": "0", "KEV_USAGE_DETAILS": "1"})
     try:
         for _ in range(2):
             assert post(s, "/v1/systemone", REQUEST)[2]["usage"]["cached_tokens"] == 0
@@ -573,8 +573,9 @@ def test_env_configuration(bundle):
     finally:
         s.close()
     # Flags win over the environment.
-    s = serve_env(bundle, {"KEV_TRUNCATE_STATES": "0", "KEV_PREFIX_CACHE": "7", "KEV_PREFIX_MIN_TOKENS": "100000"},
-                  "--truncate", "--cache-entries", 3, "--cache-min-tokens", 0)
+    s = serve_env(bundle, {"KEV_TRUNCATE_STATES": "0", "KEV_PREFIX_CACHE": "7", "KEV_PREFIX_MIN_TOKENS": "100000",
+                           "KEV_USAGE_DETAILS": "0"},
+                  "--truncate", "--cache-entries", 3, "--cache-min-tokens", 0, "--usage-details")
     try:
         c = card(s)
         assert c["truncate_states"] is True and c["prefix_cache"]["size"] == 3

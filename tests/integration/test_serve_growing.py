@@ -27,7 +27,7 @@ MIXES = [{"c": CHOICE, "n": NOUL}, {"s": SCORE}, {"n": NOUL, "s": SCORE, "c": CH
 TURNS = 9
 SMALL_BYTES = 1_500_000  # a few saved points of these states on the tiny model
 # Checkpoints every 32 tokens so that the short states here have several.
-WARM_ARGS = ("--cache-entries", 64, "--cache-checkpoint-tokens", 32, "--max-state", 4096)
+WARM_ARGS = ("--cache-entries", 64, "--cache-checkpoint-tokens", 32, "--max-state", 4096, "--usage-details")
 
 
 def line(conv, i):
@@ -79,7 +79,7 @@ def bundle(tmp_path_factory):
 def servers(request, bundle):
     """{name: server}: cold (no cache), warm, warm batching (--max-batch 8), small (evicting)."""
     precision = ("--precision", request.param)
-    specs = {"cold": ("--cache-entries", 0, "--max-state", 4096),
+    specs = {"cold": ("--cache-entries", 0, "--max-state", 4096, "--usage-details"),
              "warm": WARM_ARGS,
              "batch": (*WARM_ARGS, "--max-batch", 8, "--max-inflight", 1, "--max-queue", 64),
              "small": (*WARM_ARGS, "--cache-bytes", SMALL_BYTES)}
@@ -245,7 +245,8 @@ def test_score_jsonl_reuses_across_lines(bundle, precision):
     text = "".join(json.dumps(r) + "\n" for r in reqs)
 
     def stream(*extra):
-        proc = run_kev("score", "--bundle", bundle, "--jsonl", "--precision", precision, *extra, input=text)
+        proc = run_kev("score", "--bundle", bundle, "--jsonl", "--precision", precision, "--usage-details", *extra,
+                       input=text)
         return [json.loads(x) for x in proc.stdout.splitlines()]
 
     cold = stream("--cache-entries", "0")

@@ -74,7 +74,8 @@ def encode(rec, ids_of, delims, max_state, max_row, truncate):
     st, q_id, o_id, c_id, d_id = delims
     state_tokens = ids_of[escape(rec["state"])]
     if not truncate and len(state_tokens) + 1 > max_state:
-        return {"error": "state is"}
+        return {"error": f"state is {len(state_tokens) + 1:,} tokens, over the {max_state:,}-token limit "
+                         "(the <state> token included): shorten the document or split it across requests"}
     S = [st] + state_tokens[: max_state - 1]
     ids, seg, pos = list(S), [0] * len(S), list(range(len(S)))
     decide_idx, opt_idx, rows = [], [], []
@@ -83,7 +84,7 @@ def encode(rec, ids_of, delims, max_state, max_row, truncate):
         spans = [[o_id] + ids_of[escape(o)] + [c_id] for o in q["options"]]
         br = instr + [t for sp in spans for t in sp] + [d_id]
         if len(br) > max_row - len(S):
-            return {"error": f"question {k} is too long"}
+            return {"error": f"branch too long: {len(br)} tokens with a {len(S)}-token state (row limit {max_row})"}
         base = len(ids)
         ends, cursor = [], len(instr)
         for sp in spans:

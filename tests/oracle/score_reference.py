@@ -88,18 +88,22 @@ class Head:
 
 
 def answer(qtype, keys, options, probs):
-    """REFERENCE.md section 8, in float64, unrounded."""
+    """Kev 1.0's to_answers (REFERENCE.md section 8), in float64, unrounded: confidences on the normalised
+    distribution; score confidence max(0, 1 - E|i - mode| / D), D the mean |i - (L-1)/2| over the levels."""
     p = [float(x) for x in probs]
     if qtype == "noul":
         return {"type": "noul", "noul": p[1]}
+    total = math.fsum(p)
+    n = [x / total for x in p] if total else [1 / len(p)] * len(p)
     if qtype == "choice":
         k = len(p)
         best = max(range(k), key=lambda i: (p[i], -i))
-        conf = 1.0 if k == 1 else (p[best] - 1 / k) / (1 - 1 / k)
+        conf = 1.0 if k == 1 else (max(n) - 1 / k) / (1 - 1 / k)
         return {"type": "choice", "choice": keys[best], "confidence": conf, "probabilities": dict(zip(keys, p))}
     levels = len(p)
-    mode = max(range(levels), key=lambda i: (p[i], -i))
-    conf = 1.0 if levels == 1 else 1 - sum(pi * abs(i - mode) for i, pi in enumerate(p)) / (levels - 1)
+    mode = max(range(levels), key=lambda i: (n[i], -i))
+    spread = math.fsum(abs(i - (levels - 1) / 2) for i in range(levels)) / levels
+    conf = 1.0 if levels == 1 else max(0.0, 1 - math.fsum(ni * abs(i - mode) for i, ni in enumerate(n)) / spread)
     return {"type": "score", "score": sum(i * pi for i, pi in enumerate(p)),
             "legend": {str(i): o for i, o in enumerate(options)},
             "probabilities": {str(i): pi for i, pi in enumerate(p)}, "confidence": conf}

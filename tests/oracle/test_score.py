@@ -84,7 +84,7 @@ def setup(tmp_path_factory):
 
 
 def score_stream(bundle, reqs, *extra):
-    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--decimals", "-1", *extra,
+    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--decimals", "-1", "--usage-details", *extra,
                    input="".join(json.dumps(r) + "\n" for r in reqs), check=False)
     lines = [json.loads(l) for l in proc.stdout.splitlines()]
     assert len(lines) == len(reqs), proc.stderr
@@ -111,7 +111,8 @@ def compare(native, ref, worst):
         for k, p in want["probabilities"].items():
             worst[0] = max(worst[0], abs(got["probabilities"][k] - p))
             assert abs(got["probabilities"][k] - p) <= PROB_TOL, (qid, k)
-        assert abs(got["confidence"] - want["confidence"]) <= 4 * PROB_TOL
+        # Kev 1.0's score confidence divides by D ~ L/4, so its error grows with the levels.
+        assert abs(got["confidence"] - want["confidence"]) <= 4 * len(want["probabilities"]) * PROB_TOL
         if want["type"] == "choice":
             assert got["choice"] == want["choice"]
         else:

@@ -145,10 +145,11 @@ class ServeProcess:
     """A `kev serve` process on 127.0.0.1 (--port 0 unless `port` is given); port and model from its
     listening line (or, with wait_listening=False, the given port and no wait). Always close() it."""
 
-    def __init__(self, bundle, *args, port=0, wait_listening=True, listen_timeout=60, preexec_fn=None):
+    def __init__(self, bundle, *args, port=0, wait_listening=True, listen_timeout=60, preexec_fn=None, env=None):
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([KEV_BIN, "serve", "--bundle", bundle, "--port", str(port), *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, preexec_fn=preexec_fn)
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, preexec_fn=preexec_fn,
+                                     env=env)
         self.port = port
         self.listening = None
         if wait_listening:

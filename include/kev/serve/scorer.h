@@ -49,12 +49,13 @@
 
 namespace kev {
 
-// Serving limits are tighter than the encoder's upstream defaults (65,536 / 73,728): on CPU the
-// forward workspace costs ~190 KB per token at Kev-4B dimensions, so a state of 65,536 tokens
-// would need ~12 GB for its prefill alone. Every limit can be raised per process.
+// Limits as Kev 1.0 serves (kev/model.py SERVE_MAX_STATE / SERVE_MAX_BRANCH): a state of up to
+// 65,536 tokens (<state> included) and a row (state + one question) of up to 73,728; 1.0 has no
+// whole-request cap, so max_input_tokens is 0 (none) unless an operator sets one. The state
+// refusal carries 1.0's KEV_TRUNCATE_STATES hint. Every limit can be changed per process.
 struct ScorerOptions {
-  EncodeLimits limits = {.max_state = 8192, .max_row = 16384};  // strict by default
-  size_t max_input_tokens = 65536;       // packed tokens of one request (state + every branch)
+  EncodeLimits limits = {.max_state = 65536, .max_row = 73728, .truncate_hint = true};
+  size_t max_input_tokens = 0;           // packed tokens of one request (0: no cap, as 1.0)
   size_t cache_entries = 64;             // saved points kept (ends of states and checkpoints)
   size_t cache_tokens = 1 << 16;         // total state tokens kept
   size_t cache_bytes = size_t{2} << 30;  // total bytes of the saved points (docs/api.md)
@@ -63,6 +64,9 @@ struct ScorerOptions {
   bool exact_only = false;  // reuse only a state seen whole before, save only ends (as before)
   int decimals = 4;         // answer rounding (negative: unrounded)
   double temperature = 0;   // > 0: replaces the bundle's calibration temperature
+  // usage as 1.0 ({"input_tokens","output_tokens"}, + state_tokens / state_tokens_used when
+  // truncating); true adds kev's state_tokens, cached_tokens and input_tokens_details.
+  bool usage_details = false;
   ForwardOptions forward;
 };
 
@@ -75,7 +79,7 @@ struct ScoreUsage {
 };
 
 struct ScoreResult {
-  OrderedJson response;  // {"model","answers","usage","latency_ms"}
+  OrderedJson response;  // {"model","answers","usage","latency_ms"[,"truncated"]}
   ScoreUsage usage;
   std::vector<std::vector<double>> probabilities;  // per question, option order (unrounded)
   std::vector<std::vector<float>> logits;          // per question: raw pointer logits (before T)

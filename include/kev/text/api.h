@@ -14,15 +14,20 @@
 //   scalars: True/False, shortest-repr floats; `key: value` lines, `- item`, two-space indent).
 // - Options in caller order: choice `name` or `name: render(desc)`; noul ["no[: desc]",
 //   "yes[: desc]"]; score render(level).
-// - answers_json(): per question, from its option probabilities (in option order):
-//   choice {"type","choice" (first argmax),"confidence" (pmax-1/K)/(1-1/K) (1 when K=1),
+// - answers_json(): per question, from its option probabilities p (in option order), exactly as
+//   Kev 1.0's to_answers: choice {"type","choice" (first argmax of p),"confidence",
 //   "probabilities" {name: p}}; noul {"type","noul": p(yes)}; score {"type","score" sum i*p_i,
-//   "legend" {"i": text}, "probabilities" {"i": p}, "confidence" 1 - sum p_i|i-mode|/(L-1)
-//   (1 when L=1)}. Values rounded to `decimals` (Python round(x, n); default 4 as upstream;
-//   negative: unrounded). Sums run left to right in double.
+//   "legend" {"i": text}, "probabilities" {"i": p}, "confidence"}. Confidences normalise first
+//   (n = p / sum(p), uniform when the sum is 0): choice (max n - 1/K) / (1 - 1/K); score
+//   max(0, 1 - sum n_i |i - mode| / D), mode the first argmax of n, D = sum |i - (L-1)/2| / L;
+//   both 1 for one option. Every sum is python_sum(); values rounded to `decimals` (Python
+//   round(x, n); default 4 as 1.0; negative: unrounded).
+// - python_sum(): CPython >= 3.12 sum() of floats (start 0): Neumaier-compensated, the
+//   compensation added at the end when non-zero and finite.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +59,11 @@ ApiRequest request_from_json(const OrderedJson& body);
 std::string render(const OrderedJson& value, int indent = 0);
 std::string python_float_repr(double v);
 double python_round(double x, int decimals);
+double python_sum(std::span<const double> items);
+// Kev 1.0's confidences and expected score of one question's probabilities (the header contract).
+double choice_confidence(const std::vector<double>& p);
+double score_confidence(const std::vector<double>& p);
+double expected_score(const std::vector<double>& p);
 // Python's json.dumps(value) with its defaults: ", " and ": " separators, ensure_ascii (\uXXXX,
 // surrogate pairs beyond the BMP), floats as repr(), True/False/None as true/false/null. What
 // upstream tokenizes for usage.output_tokens.

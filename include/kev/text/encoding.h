@@ -10,8 +10,12 @@
 //   tokenized separately and concatenated with no separator tokens.
 // - Positions: state 0..S-1; every branch restarts at S.
 // - Limits: max_state counts <state>; max_row counts S + branch. Strict mode refuses an
-//   over-long state with Error(kBadInput); truncating mode keeps <state> + the first
-//   max_state-1 state tokens and reports it. A row over max_row is always refused.
+//   over-long state with Error(kBadInput) in Kev 1.0's words (`state is 70,000 tokens, over the
+//   65,536-token limit (the <state> token included): shorten the document or split it across
+//   requests`, plus 1.0's server hint `; or start the server with KEV_TRUNCATE_STATES=1 ...`
+//   when truncate_hint); truncating mode keeps <state> + the first max_state-1 state tokens and
+//   reports it. A row over max_row is always refused: `branch too long: N tokens with a
+//   S-token state (row limit R)` (1.0's encode).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,7 +47,11 @@ struct EncodeLimits {
   int64_t max_row = 73728;         // upstream serving default: state + one branch
   bool truncate = false;           // false: strict (refuse an over-long state)
   bool match_added_tokens = true;  // reference behaviour; false: user text is plain text
+  bool truncate_hint = false;      // the state refusal names KEV_TRUNCATE_STATES (1.0's server)
 };
+
+// n with a comma every three digits (Python's f"{n:,}").
+std::string with_thousands(uint64_t n);
 
 // One question as its own causal row: the state ids followed by the branch ids.
 struct EncodedRow {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -130,40 +131,75 @@ TEST(ApiRequestMapping, Accepts255Options) {
   EXPECT_EQ(req(body + "}}}}").questions[0].options.size(), 255u);
 }
 
-double round4(double x) {
-  return std::nearbyint(x * 1e4) / 1e4;
-}
-
-TEST(ApiAnswers, FormulasInFloat64) {
+// Dyadic probabilities: every sum, product and quotient below is exact in binary, so the
+// formulas written out here are the exact values (no summation order can change them).
+TEST(ApiAnswers, FormulasOfKev10) {
   ApiRequest r = req(R"({"state": "s", "questions": {
-      "c": {"type": "choice", "criteria": {"a": null, "b": null, "c": null}},
+      "c": {"type": "choice", "criteria": {"a": null, "b": null, "c": null, "d": null}},
       "n": {"type": "noul"},
       "s": {"type": "score", "criteria": ["lo", "mid", "hi", "max"]},
       "one": {"type": "choice", "criteria": {"only": null}},
       "lvl": {"type": "score", "criteria": ["single"]}}})");
-  std::vector<double> pc{0.2, 0.5, 0.3}, pn{0.35, 0.65}, ps{0.1, 0.2, 0.6, 0.1};
-  OrderedJson a = answers_json(r, {pc, pn, ps, {1.0}, {1.0}}, AnswerOptions{-1});
-  // choice: argmax b; confidence (pmax - 1/K) / (1 - 1/K).
+  std::vector<double> pc{0.125, 0.5, 0.25, 0.125}, pn{0.375, 0.625}, ps{0.125, 0.25, 0.5, 0.125};
+  OrderedJson a = answers_json(r, {pc, pn, ps, {0.25}, {0.75}}, AnswerOptions{-1});
+  // choice: argmax b; confidence (pmax - 1/K) / (1 - 1/K) = (0.5 - 0.25) / 0.75.
   EXPECT_EQ(a["c"]["type"], "choice");
   EXPECT_EQ(a["c"]["choice"], "b");
-  EXPECT_DOUBLE_EQ(a["c"]["confidence"].get<double>(), (0.5 - 1.0 / 3) / (1 - 1.0 / 3));
-  EXPECT_DOUBLE_EQ(a["c"]["probabilities"]["c"].get<double>(), 0.3);
-  EXPECT_EQ(a["n"], OrderedJson::parse(R"({"type": "noul", "noul": 0.65})"));
-  // score: sum i p_i; mode 2; confidence 1 - sum p_i |i - 2| / 3.
-  double score = 0 * 0.1 + 1 * 0.2 + 2 * 0.6 + 3 * 0.1;
-  double conf = 1 - (0.1 * 2 + 0.2 * 1 + 0.6 * 0 + 0.1 * 1) / 3.0;
-  EXPECT_DOUBLE_EQ(a["s"]["score"].get<double>(), score);
-  EXPECT_DOUBLE_EQ(a["s"]["confidence"].get<double>(), conf);
+  EXPECT_EQ(a["c"]["confidence"].get<double>(), 0.25 / 0.75);
+  EXPECT_EQ(a["c"]["probabilities"]["c"].get<double>(), 0.25);
+  EXPECT_EQ(a["n"], OrderedJson::parse(R"({"type": "noul", "noul": 0.625})"));
+  // score: sum i p_i = 0.25 + 1 + 0.375; mode 2; D = (1.5 + 0.5 + 0.5 + 1.5) / 4 = 1;
+  // confidence 1 - (0.125 * 2 + 0.25 * 1 + 0 + 0.125 * 1) / 1 = 0.375.
+  EXPECT_EQ(a["s"]["score"].get<double>(), 1.625);
+  EXPECT_EQ(a["s"]["confidence"].get<double>(), 0.375);
   EXPECT_EQ(a["s"]["legend"],
             OrderedJson::parse(R"({"0": "lo", "1": "mid", "2": "hi", "3": "max"})"));
-  EXPECT_DOUBLE_EQ(a["s"]["probabilities"]["2"].get<double>(), 0.6);
+  EXPECT_EQ(a["s"]["probabilities"]["2"].get<double>(), 0.5);
+  // One option: confidence 1 whatever the probability; the score is 0 * p.
   EXPECT_EQ(a["one"]["confidence"].get<double>(), 1.0);
   EXPECT_EQ(a["lvl"]["confidence"].get<double>(), 1.0);
   EXPECT_EQ(a["lvl"]["score"].get<double>(), 0.0);
-  // Key order of the answers follows the questions.
+  // Key order of the answers follows the questions; of each answer, 1.0's to_answers.
   std::vector<std::string> order;
   for (auto it = a.begin(); it != a.end(); ++it) order.push_back(it.key());
   EXPECT_EQ(order, (std::vector<std::string>{"c", "n", "s", "one", "lvl"}));
+  std::vector<std::string> keys;
+  for (auto it = a["s"].begin(); it != a["s"].end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"type", "score", "legend", "probabilities", "confidence"}));
+}
+
+TEST(ApiAnswers, ConfidencesNormaliseFirst) {
+  // Unnormalised (sum 0.5): n = 2p. choice: (0.5 - 0.25) / 0.75 as above; score: the same
+  // distribution as FormulasOfKev10, so 0.375; the score itself is on the raw p.
+  EXPECT_EQ(choice_confidence({0.0625, 0.25, 0.125, 0.0625}), 0.25 / 0.75);
+  EXPECT_EQ(score_confidence({0.0625, 0.125, 0.25, 0.0625}), 0.375);
+  EXPECT_EQ(expected_score({0.0625, 0.125, 0.25, 0.0625}), 0.8125);
+  // All zero: uniform, so both confidences are 0 (score: 1 - D / D).
+  EXPECT_EQ(choice_confidence({0.0, 0.0, 0.0}), 0.0);
+  EXPECT_EQ(score_confidence({0.0, 0.0, 0.0, 0.0}), 0.0);
+  // The issue's example: 1 - (0.2553 * 2 + 0.2264) / (2/3) < 0, so 0 (before: 0.6315).
+  EXPECT_EQ(score_confidence({0.2553, 0.2264, 0.5183}), 0.0);
+  // Ties: the first most likely level is the mode; the first argmax the choice.
+  EXPECT_EQ(score_confidence({0.5, 0.0, 0.5}), 0.0);  // mode 0: 1 - (0.5 * 2) / (2/3) < 0
+  EXPECT_EQ(score_confidence({0.5, 0.5}), 0.0);       // D = 0.5; 1 - 0.5 / 0.5
+  EXPECT_EQ(score_confidence({0.0, 1.0, 0.0}), 1.0);
+}
+
+TEST(ApiAnswers, SumIsCPython312s) {
+  // Values CPython >= 3.12 returns for sum() (compensated), where a left-to-right sum differs.
+  EXPECT_EQ(python_sum(std::vector<double>(10, 0.1)), 1.0);  // left to right: 0.9999999999999999
+  EXPECT_EQ(python_sum(std::vector<double>{1e100, 1.0, -1e100, 1.0}), 2.0);  // naive: 1.0
+  // The start is the int 0: sum([-0.0]) is 0.0; an infinite or overflowed sum stays infinite.
+  EXPECT_FALSE(std::signbit(python_sum(std::vector<double>{-0.0})));
+  EXPECT_FALSE(std::signbit(python_sum(std::vector<double>{-0.0, -0.0})));
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(python_sum(std::vector<double>{inf, 1.0}), inf);
+  EXPECT_EQ(python_sum(std::vector<double>{1e308, 1e308}), inf);
+  EXPECT_EQ(python_sum(std::vector<double>{}), 0.0);
+  // A compensation that is exactly representable is added at the end: 0.1 + 0.2 + 0.3.
+  EXPECT_EQ(python_sum(std::vector<double>{0.1, 0.2, 0.3}),
+            0.6);  // left to right: 0.6000000000000001
 }
 
 TEST(ApiAnswers, TiesPickTheFirstOptionAndRoundingIsPythons) {
@@ -171,20 +207,23 @@ TEST(ApiAnswers, TiesPickTheFirstOptionAndRoundingIsPythons) {
       "c": {"type": "choice", "criteria": {"x": null, "y": null}},
       "s": {"type": "score", "criteria": ["a", "b", "c"]}}})");
   std::vector<double> pc{0.123456789, 0.876543211};
-  std::vector<double> ps{0.4, 0.4, 0.2};
+  std::vector<double> ps{0.5, 0.25, 0.25};
   OrderedJson a = answers_json(r, {{0.5, 0.5}, ps});
   EXPECT_EQ(a["c"]["choice"], "x");
   EXPECT_EQ(a["c"]["confidence"].get<double>(), 0.0);
-  EXPECT_EQ(a["s"]["confidence"].get<double>(), round4(1 - (0.4 * 1 + 0.2 * 2) / 2.0));
+  // mode 0, D = 2/3: 1 - (0.25 + 0.5) * 1.5 < 0.
+  EXPECT_EQ(a["s"]["confidence"].get<double>(), 0.0);
   a = answers_json(r, {pc, ps});
   EXPECT_EQ(a["c"]["probabilities"]["x"].get<double>(), 0.1235);
   EXPECT_EQ(a["c"]["probabilities"]["y"].get<double>(), 0.8765);
-  EXPECT_EQ(a["s"]["score"].get<double>(), 0.8);
+  EXPECT_EQ(a["s"]["score"].get<double>(), 0.75);
   // Python: round(0.00005, 4) == 0.0001 (the double is just above the tie);
-  // round(0.125, 2) == 0.12 (exact tie, to even); round(2.675, 2) == 2.67 (below the tie).
+  // round(0.125, 2) == 0.12 (exact tie, to even); round(2.675, 2) == 2.67 (below the tie);
+  // round(-1e-20, 4) == -0.0.
   EXPECT_EQ(python_round(0.00005, 4), 0.0001);
   EXPECT_EQ(python_round(0.125, 2), 0.12);
   EXPECT_EQ(python_round(2.675, 2), 2.67);
+  EXPECT_TRUE(std::signbit(python_round(-1e-20, 4)));
   EXPECT_EQ(python_round(0.3333333, -1), 0.3333333);
 }
 
