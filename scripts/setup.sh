@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang-14 clang-format
+  ccache  # the compiler cache CMake uses when present (CMakeLists.txt, KEV_CCACHE)
   libfuzzer-14-dev libclang-rt-14-dev
   nlohmann-json3-dev libssl-dev libzip-dev libcli11-dev libfmt-dev libpcre2-dev
   libutf8proc-dev libopenblas-dev libboost-dev libgtest-dev libgmock-dev libbenchmark-dev

@@ -14,15 +14,17 @@ echo "tsan: serve tests (batching, cancellation, drain, overload)" >&2
 # Fewer workers than the full suite would let tests time out; these are the ones with threads
 # racing: batches of concurrent clients, permute alone, reset clients mid-queue and mid-score,
 # FIFO deadlines, overload 503s, SIGTERM drain, the hostile draining case, and growing states
-# (saved points shared between batched conversations, eviction while they are in use).
+# (saved points shared between batched conversations, eviction while they are in use), and
+# admission's fairness (pipeliners beside normal clients, displacement) and memory waits.
 (cd build/tsan && KEV_BIN="$root/build/tsan/kev" KEV_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1 \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   "$root/tests/integration/test_serve_batching.py" \
   "$root/tests/integration/test_serve.py::test_overload_answers_503_and_loses_nothing" \
   "$root/tests/integration/test_lifecycle.py" \
   "$root/tests/integration/test_serve_hostile.py" \
-  "$root/tests/integration/test_serve_growing.py" -k \
-  "batch or permute or overload or lifecycle or sigterm or drain or reset_client or fifo_admission or interleaved or eviction")
+  "$root/tests/integration/test_serve_growing.py" \
+  "$root/tests/integration/test_serve_admission.py" -k \
+  "batch or permute or overload or lifecycle or sigterm or drain or reset_client or fifo_admission or interleaved or eviction or pipeliners_do_not or displaced or queues_then")
 if compgen -G "$reports/tsan*" >/dev/null; then
   cat "$reports"/tsan* >&2
   echo "tsan: data races reported (above)" >&2

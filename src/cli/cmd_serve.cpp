@@ -151,6 +151,10 @@ const bool registered = register_command(
       app.add_option("--max-body-total", o->serve.max_body_total,
                      "request bodies held in memory at once (being read, queued or scoring), "
                      "else 503 (default 256 MiB)");
+      app.add_option("--memory-budget", o->serve.memory_budget,
+                     "bytes the requests being scored may hold together (keys/values, states, "
+                     "scratch); a batch waits for room, a request that alone needs more is 413 "
+                     "(default 0: half the machine's memory less --cache-bytes)");
       app.add_option("--queue-timeout", o->serve.queue_timeout_s,
                      "longest wait in seconds for a scoring slot, then 503 (default 30)");
       app.add_option("--max-connections", o->serve.max_connections,

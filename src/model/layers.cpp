@@ -49,6 +49,24 @@ struct Workspace {
   std::vector<float> x, xn, mix, big1, big2, qkv, aux1, aux2, cos, sin, rounded;
 };
 
+// Floats per token of each Workspace array (one place for allocate() and
+// workspace_bytes_per_token()).
+struct WorkspaceWidths {
+  int64_t hidden, big, qkv, aux1, aux2, half_rotary, rounded;
+};
+WorkspaceWidths workspace_widths(const ModelConfig& c) {
+  const int64_t big = std::max({c.intermediate, c.heads * c.head_dim * 2, c.lin_v_total()});
+  const int64_t aux = std::max({c.kv_heads * c.head_dim, c.lin_v_heads, c.heads * c.head_dim});
+  return {.hidden = c.hidden,
+          .big = big,
+          .qkv = std::max(c.conv_dim(), c.kv_heads * c.head_dim),
+          .aux1 = std::max(aux, c.conv_dim()),
+          .aux2 = aux,
+          .half_rotary = c.rotary_dim / 2,
+          // project()'s rounded input: the widest projection input
+          .rounded = std::max({c.hidden, c.intermediate, c.heads * c.head_dim, c.lin_v_total()})};
+}
+
 void rmsnorm_rows(const float* x, float* out, int64_t rows, int64_t n, const float* w,
                   bool plus_one, float eps, size_t threads) {
   parallel_for(
@@ -127,19 +145,17 @@ class Runner {
   size_t z(int64_t n) const { return static_cast<size_t>(n); }
 
   void allocate(int64_t t) {
-    const int64_t h = c_.hidden;
-    int64_t big = std::max({c_.intermediate, c_.heads * c_.head_dim * 2, c_.lin_v_total()});
-    int64_t aux = std::max({c_.kv_heads * c_.head_dim, c_.lin_v_heads, c_.heads * c_.head_dim});
-    ws_.x.resize(z(t * h));
-    ws_.xn.resize(z(t * h));
-    ws_.mix.resize(z(t * h));
-    ws_.big1.resize(z(t * big));
-    ws_.big2.resize(z(t * big));
-    ws_.qkv.resize(z(t * std::max(c_.conv_dim(), c_.kv_heads * c_.head_dim)));
-    ws_.aux1.resize(z(t * std::max(aux, c_.conv_dim())));
-    ws_.aux2.resize(z(t * aux));
-    ws_.cos.resize(z(t * c_.rotary_dim / 2));
-    ws_.sin.resize(z(t * c_.rotary_dim / 2));
+    const WorkspaceWidths w = workspace_widths(c_);
+    ws_.x.resize(z(t * w.hidden));
+    ws_.xn.resize(z(t * w.hidden));
+    ws_.mix.resize(z(t * w.hidden));
+    ws_.big1.resize(z(t * w.big));
+    ws_.big2.resize(z(t * w.big));
+    ws_.qkv.resize(z(t * w.qkv));
+    ws_.aux1.resize(z(t * w.aux1));
+    ws_.aux2.resize(z(t * w.aux2));
+    ws_.cos.resize(z(t * w.half_rotary));
+    ws_.sin.resize(z(t * w.half_rotary));
   }
 
   void embed(const std::vector<Segment>& segs) {
@@ -541,6 +557,14 @@ void run_layers(const ModelWeights& w, const ForwardOptions& options, const Int8
                 const Bf16DotWeights* bf16, std::vector<Segment>& segs, std::vector<float>& out,
                 PrefixState* state_out) {
   Runner(w, options, int8, bf16).run(segs, out, state_out);
+}
+
+size_t workspace_bytes_per_token(const ModelConfig& c, Precision p) {
+  const WorkspaceWidths w = workspace_widths(c);
+  // x, xn, mix, the returned hidden states, and the rest of the workspace.
+  int64_t floats = 4 * w.hidden + 2 * w.big + w.qkv + w.aux1 + w.aux2 + 2 * w.half_rotary;
+  if (p != Precision::kFp32) floats += w.rounded;
+  return static_cast<size_t>(floats) * sizeof(float);
 }
 
 }  // namespace kev

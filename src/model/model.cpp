@@ -12,8 +12,8 @@
 namespace kev {
 namespace {
 
-constexpr int64_t kRowBatchTokens = 4096;     // tokens per run_rows batch (bounds the workspace)
-constexpr size_t kPrefillChunkTokens = 2048;  // tokens per extend step (a multiple of kGdnChunk)
+constexpr auto kRowBatchTokens = static_cast<int64_t>(kRowPassTokens);  // per run_rows batch
+constexpr size_t kPrefillChunkTokens = kPrefillStepTokens;              // per extend step
 static_assert(kPrefillChunkTokens % kGdnChunk == 0);
 
 // Explicit positions, or (where none are given) the implicit ones start + i, start being the

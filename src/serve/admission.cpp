@@ -1,4 +1,5 @@
-// Admission (kev/serve/admission.h): the FIFO queue, its workers and its deadline sweeper.
+// Admission (kev/serve/admission.h): the fresh and backlogged FIFOs, their workers and the
+// deadline sweeper.
 #include "kev/serve/admission.h"
 
 #include <malloc.h>
@@ -35,20 +36,29 @@ void Admission::start(Runner runner) {
   threads_.emplace_back([this] { sweep(); });
 }
 
-bool Admission::submit(std::shared_ptr<AdmissionTask> task, std::function<void()> expire) {
+bool Admission::submit(std::shared_ptr<AdmissionTask> task, Refuse refuse) {
+  Job displaced;
   {
     std::lock_guard lock(mutex_);
-    if (busy_ + queue_.size() >= max_inflight_ + max_queue_) return false;
-    queue_.push_back(Job{Clock::now() + wait_, std::move(task), std::move(expire)});
+    if (busy_ + queued() >= max_inflight_ + max_queue_) {
+      // Full: a fresh task takes the place of the newest backlogged one (whose client still has
+      // replies to read); a backlogged task, or a fresh one with none to displace, is refused.
+      if (task->backlogged || backlog_.empty()) return false;
+      displaced = std::move(backlog_.back());
+      backlog_.pop_back();
+    }
+    (task->backlogged ? backlog_ : fresh_)
+        .push_back(Job{Clock::now() + wait_, std::move(task), std::move(refuse)});
   }
   work_cv_.notify_one();
   sweep_cv_.notify_one();
+  if (displaced.refuse) displaced.refuse(Refusal::kDisplaced);
   return true;
 }
 
 std::pair<size_t, size_t> Admission::counts() const {
   std::lock_guard lock(mutex_);
-  return {inflight_, queue_.size()};
+  return {inflight_, queued()};
 }
 
 void Admission::stop() {
@@ -65,26 +75,37 @@ void Admission::stop() {
 void Admission::work() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;
-    // The oldest jobs, up to max_batch not yet expired; expired ones met on the way get 503.
+    work_cv_.wait(lock, [&] { return stopping_ || queued() > 0; });
+    if (queued() == 0) return;
+    // The oldest fresh jobs, up to max_batch not yet expired, else the oldest backlogged job
+    // alone; expired ones met on the way get their refusal.
     std::vector<std::shared_ptr<AdmissionTask>> batch;
-    std::vector<std::function<void()>> expired;
+    std::vector<Refuse> expired;
     const auto now = Clock::now();
+    auto drop_expired = [&](std::deque<Job>& q) {
+      while (!q.empty() && now > q.front().deadline) {
+        expired.push_back(std::move(q.front().refuse));
+        q.pop_front();
+      }
+    };
+    drop_expired(fresh_);
+    drop_expired(backlog_);
+    std::deque<Job>& from = fresh_.empty() ? backlog_ : fresh_;
+    const size_t most = &from == &fresh_ ? max_batch_ : 1;
     // A task marked alone (the server's permute and separate, which run several passes of
     // their own) is taken in a batch of its own: the tasks behind it stay queued, under their
     // own deadlines, instead of waiting inside its batch.
-    while (!queue_.empty() && batch.size() < max_batch_) {
-      Job& job = queue_.front();
+    while (!from.empty() && batch.size() < most) {
+      Job& job = from.front();
       if (now > job.deadline) {
-        expired.push_back(std::move(job.expire));
-        queue_.pop_front();
+        expired.push_back(std::move(job.refuse));
+        from.pop_front();
         continue;
       }
       const bool alone = job.task->alone;
       if (!batch.empty() && (alone || batch.front()->alone)) break;
       batch.push_back(std::move(job.task));
-      queue_.pop_front();
+      from.pop_front();
       if (alone) break;
     }
     const size_t n = batch.size();
@@ -93,7 +114,7 @@ void Admission::work() {
     inflight_ += n;
     ++busy_;
     lock.unlock();
-    for (auto& e : expired) guarded("expiring a queued request", e);
+    for (auto& e : expired) guarded("expiring a queued request", [&] { e(Refusal::kExpired); });
     expired.clear();
     std::vector<std::function<void()>> then;
     if (n > 0) guarded("scoring a batch", [&] { then = runner_(batch); });
@@ -115,18 +136,23 @@ void Admission::work() {
 void Admission::sweep() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    if (queue_.empty()) {
+    if (queued() == 0) {
       sweep_cv_.wait(lock);
       continue;
     }
-    if (Clock::now() <= queue_.front().deadline) {
-      sweep_cv_.wait_until(lock, queue_.front().deadline);
+    // Each FIFO is in deadline order: the next to expire is the front of one of them.
+    std::deque<Job>* q = &fresh_;
+    if (fresh_.empty() ||
+        (!backlog_.empty() && backlog_.front().deadline < fresh_.front().deadline))
+      q = &backlog_;
+    if (Clock::now() <= q->front().deadline) {
+      sweep_cv_.wait_until(lock, q->front().deadline);
       continue;
     }
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
+    Job job = std::move(q->front());
+    q->pop_front();
     lock.unlock();
-    guarded("expiring a queued request", job.expire);
+    guarded("expiring a queued request", [&] { job.refuse(Refusal::kExpired); });
     job = {};
     lock.lock();
   }

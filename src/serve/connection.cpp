@@ -4,6 +4,8 @@
 #include "serve/connection.h"
 
 #include <fmt/format.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -300,6 +302,7 @@ class HttpConnection final : public Connection,
     task->fd = fd;
     task->endpoint = endpoint;
     task->alone = endpoint != Endpoint::kSystemOne;
+    task->backlogged = backlogged();
     task->body_bytes = body->size();
     task->queued_at = Clock::now();
     task->reply = [self, &io](Reply r) -> std::function<void()> {
@@ -313,20 +316,38 @@ class HttpConnection final : public Connection,
       };
     };
     const Clock::time_point queued_at = task->queued_at;
-    bool queued = srv_->admission.submit(std::move(task), [self, &io, wait_s, queued_at] {
-      const double waited = std::chrono::duration<double>(Clock::now() - queued_at).count();
-      self->srv_->metrics.queue_wait(waited);
-      asio::post(io, [self, wait_s, waited] {
-        self->queue_ms_ = waited * 1000;
-        self->send(detail(
-            503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
-      });
-    });
+    bool queued = srv_->admission.submit(
+        std::move(task), [self, &io, wait_s, queued_at](Admission::Refusal why) {
+          const double waited = std::chrono::duration<double>(Clock::now() - queued_at).count();
+          self->srv_->metrics.queue_wait(waited);
+          asio::post(io, [self, wait_s, waited, why] {
+            self->queue_ms_ = waited * 1000;
+            if (why == Admission::Refusal::kDisplaced)
+              return self->send(detail(503,
+                                       "the server is busy and this connection has replies it has "
+                                       "not read: its queued request gave its place to another "
+                                       "client; read the replies, then retry"));
+            self->send(detail(
+                503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
+          });
+        });
     if (!queued) {
       auto [inflight, waiting] = srv_->admission.counts();
       send(detail(503, fmt::format("the server is busy ({} scoring, {} queued); retry later",
                                    inflight, waiting)));
     }
+  }
+
+  // The client does not wait for its replies (Admission's fairness rule, admission.h): it has
+  // already sent more behind this request (pipelining), or this request was already sent when
+  // the previous reply on this connection was written, or reply bytes still wait in the
+  // kernel's send queue (the client is not reading).
+  bool backlogged() {
+    beast::error_code ec;
+    const bool more = buffer_.size() > 0 || (stream_.socket().available(ec) > 0 && !ec);
+    int unsent = 0;
+    if (::ioctl(stream_.socket().native_handle(), SIOCOUTQ, &unsent) != 0) unsent = 0;
+    return more || pipelined_ || unsent > 0;
   }
 
   void cancelled() {
@@ -378,6 +399,7 @@ class HttpConnection final : public Connection,
     // What the client has already sent (pipelined) is answered in any case.
     beast::error_code ec;
     const bool more = buffer_.size() > 0 || (stream_.socket().available(ec) > 0 && !ec);
+    pipelined_ = more;  // the next request was sent before this reply: see backlogged()
     const bool keep = !r.close && parser_ && parser_->is_done() && parser_->get().keep_alive() &&
                       ((srv_->accepting && !crowded) || more);
     res->keep_alive(keep);
@@ -493,8 +515,9 @@ class HttpConnection final : public Connection,
   int status_ = 0;
   bool logged_ = false, counted_ = false;
   size_t discarded_ = 0;
-  size_t reserved_ = 0;                          // of srv_->body_bytes
-  size_t served_ = 0;                            // replies sent on this connection
+  size_t reserved_ = 0;     // of srv_->body_bytes
+  size_t served_ = 0;       // replies sent on this connection
+  bool pipelined_ = false;  // the next request had arrived when the last reply was written
   Clock::time_point idle_since_ = Clock::now();  // when it last became idle
 };
 

@@ -295,7 +295,7 @@ void HttpServer::set_ready(const Scorer& scorer, BundleInfo bundle) {
   impl_->metrics.model_loaded(
       std::chrono::duration<double>(Clock::now() - impl_->started_at).count());
   impl_->bundle = std::move(bundle);
-  impl_->scoring.scorer.store(&scorer);
+  impl_->scoring.publish(scorer);
   Lifecycle expected = Lifecycle::kLoading;
   impl_->lifecycle.compare_exchange_strong(expected, Lifecycle::kReady);
 }

@@ -51,6 +51,12 @@ Reply health_reply(const Impl& srv) {
                     {"passes", srv.scoring.passes.load()},
                     {"requests", srv.scoring.batched.load()},
                     {"largest", srv.scoring.largest_batch.load()}};
+  if (const MemoryBudget* m = srv.scoring.memory()) {
+    const MemoryBudget::Now now = m->now();
+    out["memory"] = {{"budget", now.budget}, {"reserved", now.reserved}, {"waiting", now.waiting}};
+  } else {
+    out["memory"] = nullptr;
+  }
   return json_reply(200, out);
 }
 

@@ -3,10 +3,14 @@
 
 #include <poll.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <new>
 #include <optional>
 
 #include "kev/core/error.h"
+#include "kev/text/encoding.h"
 #include "kev/text/request_decoder.h"
 
 namespace kev {
@@ -22,7 +26,67 @@ bool peer_reset(int fd) {
   return (p.revents & (POLLERR | POLLHUP)) != 0;
 }
 
+double mib(size_t bytes) {
+  return static_cast<double>(bytes) / (1 << 20);
+}
+
+// Reserved bytes of a MemoryBudget, given back when the scope ends.
+class Reservation {
+ public:
+  Reservation(MemoryBudget* budget, size_t bytes) : budget_(budget), bytes_(bytes) {}
+  ~Reservation() { budget_->release(bytes_); }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+
+ private:
+  MemoryBudget* budget_;
+  size_t bytes_;
+};
+
 }  // namespace
+
+void ScoringService::publish(const Scorer& s) {
+  per_request_ = RequestMemory::of(s.model().config(), s.model().options().precision);
+  delimiters_ = Delimiters::from(s.tokenizer());
+  const size_t bytes = options.memory_budget > 0 ? options.memory_budget
+                                                 : default_memory_budget(s.options().cache_bytes);
+  budget_ = std::make_unique<MemoryBudget>(bytes);
+  scorer.store(&s);
+}
+
+size_t ScoringService::need(const ApiRequest& request) const {
+  const Scorer& s = *scorer.load();
+  try {
+    const Encoding enc =
+        encode_record(s.tokenizer(), delimiters_, to_record(request), s.options().limits);
+    size_t branches = 0, longest = 0;
+    for (const EncodedRow& r : enc.rows) {
+      branches += r.branch_ids.size();
+      longest = std::max(longest, r.branch_ids.size());
+    }
+    return per_request_.need(enc.state_length, branches, longest);
+  } catch (const Error&) {
+    return 0;  // refused by its encoding: the scorer gives the same refusal before any pass
+  }
+}
+
+Reply ScoringService::too_large(size_t need) const {
+  return detail(413, fmt::format("scoring this request needs {:.1f} MiB ({} bytes: its state's "
+                                 "keys and values and the forward's scratch), over the server's "
+                                 "memory budget of {:.1f} MiB ({} bytes, --memory-budget); shorten "
+                                 "the state or raise the budget",
+                                 mib(need), need, mib(budget_->budget()), budget_->budget()));
+}
+
+Reply ScoringService::no_memory() const {
+  return detail(503, fmt::format("no memory for scoring became free within {} s (memory budget "
+                                 "{:.1f} MiB); retry later",
+                                 options.queue_timeout_s, mib(budget_->budget())));
+}
+
+std::chrono::steady_clock::time_point ScoringService::deadline(const ScoreTask& task) const {
+  return task.queued_at + seconds(options.queue_timeout_s);
+}
 
 std::vector<Reply> ScoringService::run(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const {
   // Made before scoring, so that the out-of-memory fallback allocates nothing new per task.
@@ -63,23 +127,33 @@ std::variant<ApiRequest, Reply> ScoringService::parse(const std::string& body) c
 
 // On a worker thread: upstream's demo endpoints (permute, separate), each request on its own:
 // its single-question passes run one after the other, not batched with other requests.
-Reply ScoringService::score_alone(Endpoint endpoint, const std::string& body,
-                                  const std::function<bool()>& gone) const {
+Reply ScoringService::score_alone(const ScoreTask& task, const std::function<bool()>& gone) const {
   try {
     const Scorer& s = *scorer.load();
-    if (endpoint == Endpoint::kPermute) {
-      auto decoded = decode_permute_request(body, decode_options());
+    // Decoded, its memory reserved (or refused), then scored.
+    auto reserve = [&](const ApiRequest& request, std::optional<Reservation>& held) {
+      const size_t bytes = need(request);
+      if (bytes > budget_->budget()) return std::optional<Reply>(too_large(bytes));
+      if (!budget_->acquire(bytes, deadline(task))) return std::optional<Reply>(no_memory());
+      held.emplace(budget_.get(), bytes);
+      return std::optional<Reply>();
+    };
+    std::optional<Reservation> held;
+    if (task.endpoint == Endpoint::kPermute) {
+      auto decoded = decode_permute_request(*task.body, decode_options());
       if (auto* refused = std::get_if<Refusal>(&decoded))
         return detail(refused->status, refused->detail);
       const PermuteRequest& p = std::get<PermuteRequest>(decoded);
+      if (auto r = reserve(p.request, held)) return std::move(*r);
       Reply r = json_reply(200, s.permute(p, gone));
       for (int i = 0; i < p.n_perm; ++i) count_pass(1);
       return r;
     }
-    auto decoded = decode_request(body, decode_options());
+    auto decoded = decode_request(*task.body, decode_options());
     if (auto* refused = std::get_if<Refusal>(&decoded))
       return detail(refused->status, refused->detail);
     const ApiRequest& request = std::get<ApiRequest>(decoded);
+    if (auto r = reserve(request, held)) return std::move(*r);
     Reply r = json_reply(200, s.separate(request, gone));
     for (size_t i = 0; i < request.questions.size(); ++i) count_pass(1);
     return r;
@@ -139,8 +213,7 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
       continue;
     }
     if (tasks[i]->endpoint != Endpoint::kSystemOne) {
-      replies[i] =
-          score_alone(tasks[i]->endpoint, *tasks[i]->body, [fd] { return peer_reset(fd); });
+      replies[i] = score_alone(*tasks[i], [fd] { return peer_reset(fd); });
       continue;
     }
     auto parsed = parse(*tasks[i]->body);
@@ -153,6 +226,40 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
     of.push_back(i);
   }
   if (jobs.empty()) return;
+  // Memory: a request that alone needs more than the budget is refused; the others are scored
+  // in consecutive groups that each fit the budget, each once its bytes are reserved.
+  std::vector<size_t> needs;
+  std::vector<ScoreJob> fitting;
+  std::vector<size_t> fitting_of;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const size_t bytes = need(*jobs[k].request);
+    if (bytes > budget_->budget()) {
+      replies[of[k]] = too_large(bytes);
+      continue;
+    }
+    needs.push_back(bytes);
+    fitting.push_back(jobs[k]);
+    fitting_of.push_back(of[k]);
+  }
+  for (size_t first = 0; first < fitting.size();) {
+    size_t last = first + 1, bytes = needs[first];
+    while (last < fitting.size() && bytes + needs[last] <= budget_->budget())
+      bytes += needs[last++];
+    const std::span<const ScoreJob> group(fitting.data() + first, last - first);
+    const std::span<const size_t> group_of(fitting_of.data() + first, last - first);
+    if (!budget_->acquire(bytes, deadline(*tasks[group_of[0]]))) {
+      for (size_t i : group_of) replies[i] = no_memory();
+    } else {
+      Reservation held(budget_.get(), bytes);
+      score_group(group, group_of, replies);
+    }
+    first = last;
+  }
+}
+
+// One group of a batch, scored together (one pass of rows), within its reserved memory.
+void ScoringService::score_group(std::span<const ScoreJob> jobs, std::span<const size_t> of,
+                                 std::vector<Reply>& replies) const {
   std::vector<ScoreOutcome> outcomes;
   try {
     outcomes = scorer.load()->score_batch(jobs);

@@ -5,9 +5,14 @@
 // separate run alone, one pass per question or permutation. Every task gets the status and
 // body it would get alone.
 //
+// Memory (admission_memory.h): each request's need is computed from its encoding before it is
+// scored; one that alone needs more than the budget is refused (413), and the requests of a
+// batch are scored in consecutive groups that each fit, each group once its bytes are reserved
+// (503 + Retry-After if that does not happen by the first task's queue deadline).
+//
 // Ownership: holds references to the server's options and metrics (which outlive it); the
-// Scorer is published once (HttpServer::set_ready) and must outlive the server. Thread-safe:
-// run() is called on any number of worker threads at once; the counters are atomics.
+// Scorer is published once (publish(), from HttpServer::set_ready) and must outlive the server.
+// Thread-safe: run() is called on any number of worker threads at once; the counters are atomics.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -16,6 +21,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -25,6 +31,7 @@
 #include "kev/serve/metrics.h"
 #include "kev/serve/scorer.h"
 #include "kev/text/request_decoder.h"
+#include "serve/admission_memory.h"
 #include "serve/reply.h"
 
 namespace kev {
@@ -54,6 +61,12 @@ struct ScoringService {
   // ServeOptions::on_batch for /metrics).
   void count_pass(size_t requests) const;
 
+  // Sets up memory accounting for `s` (budget: options.memory_budget, or the default), then
+  // makes it the scorer. Once.
+  void publish(const Scorer& s);
+  // The budget, once published (else null).
+  const MemoryBudget* memory() const { return scorer.load() ? budget_.get() : nullptr; }
+
   const ServeOptions& options;
   ServeMetrics& metrics;  // thread-safe (atomic counters)
   std::atomic<const Scorer*> scorer{nullptr};
@@ -65,15 +78,28 @@ struct ScoringService {
   // The JSON path for one POST /v1/systemone body: a request to score or the reply refusing it.
   std::variant<ApiRequest, Reply> parse(const std::string& body) const;
   // Upstream's demo endpoints (permute, separate), each request on its own.
-  Reply score_alone(Endpoint endpoint, const std::string& body,
-                    const std::function<bool()>& gone) const;
+  Reply score_alone(const ScoreTask& task, const std::function<bool()>& gone) const;
+  // Bytes scoring `request` will hold (0 when its encoding fails: the scorer refuses it).
+  size_t need(const ApiRequest& request) const;
+  // The 413 for a request that alone needs more than the budget.
+  Reply too_large(size_t need) const;
+  // The 503 for a request that found no memory by its deadline.
+  Reply no_memory() const;
+  std::chrono::steady_clock::time_point deadline(const ScoreTask& task) const;
   // The reply to a request whose parsing or scoring threw `error`.
   static Reply error_reply(std::exception_ptr error, const std::function<bool()>& gone);
   // One batch, in FIFO order: each task's queue wait recorded, then score_tasks.
   std::vector<Reply> score_batch(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const;
   void score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& tasks,
                    std::vector<Reply>& replies) const;
+  void score_group(std::span<const ScoreJob> jobs, std::span<const size_t> of,
+                   std::vector<Reply>& replies) const;
   DecodeOptions decode_options() const { return {options.json, options.date_facts}; }
+
+  // Written by publish() before the scorer, read after it is seen.
+  std::unique_ptr<MemoryBudget> budget_;
+  RequestMemory per_request_;
+  Delimiters delimiters_;
 };
 
 }  // namespace kev

@@ -1,6 +1,7 @@
 // HttpServer::Impl: the state one server's parts share, and where each part lives.
 //
-//   admission.h / admission.cpp    the FIFO queue, batching policy, deadlines, drain (workers)
+//   admission.h / admission.cpp    the queue, its fairness rule, batching policy, deadlines, drain
+//   admission_memory.h / .cpp      what a request holds while scored; the memory budget
 //   scoring_service.h / .cpp       request bodies to replies, on the workers
 //   routes.h / routes.cpp          the route table, one handler per route; CORS preflight, auth
 //   http_framing.h / .cpp          RFC 9112 checks on a parsed header (pure functions)

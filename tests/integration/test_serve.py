@@ -94,7 +94,8 @@ def test_health_and_models(server, model_name):
     assert server.score(REQUESTS[1])[0] == 200
     status, hdrs, health = server.request("GET", "/health")
     assert status == 200 and hdrs["content-type"].startswith("application/json")
-    assert list(health) == ["status", "ready", "model", "inflight", "queued", "temperature", "cache", "batches"]
+    assert list(health) == ["status", "ready", "model", "inflight", "queued", "temperature", "cache", "batches",
+                            "memory"]
     assert health["status"] == "ok" and health["ready"] is True and health["model"] == model_name
     assert health["inflight"] == 0 and health["queued"] == 0
     cache = health["cache"]
@@ -105,6 +106,19 @@ def test_health_and_models(server, model_name):
     batches = health["batches"]
     assert set(batches) == {"max_batch", "passes", "requests", "largest"}
     assert batches["max_batch"] == 8 and batches["passes"] >= 1 and batches["requests"] >= batches["passes"]
+    # The default memory budget: half the machine's memory (the cgroup's limit when lower) less the
+    # default --cache-bytes (2 GiB), at least 256 MiB (docs/serving.md "Memory of long states").
+    with open("/proc/meminfo") as f:
+        total = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemTotal:"))
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit() and int(limit) < total:
+            total = int(limit)
+    except OSError:
+        pass
+    expected = total // 2 - (2 << 30) if total // 2 > (2 << 30) + (256 << 20) else 256 << 20
+    assert health["memory"] == {"budget": expected, "reserved": 0, "waiting": 0}, health["memory"]
     # The same state again is a cache hit.
     assert server.score(REQUESTS[1])[0] == 200
     assert server.request("GET", "/health")[2]["cache"]["hits"] > cache["hits"]

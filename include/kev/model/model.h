@@ -103,6 +103,15 @@ std::vector<StateBuffer> state_buffers(const PrefixState& s);
 // Bytes of all of a state's buffers (shared blocks included), plus its own bookkeeping.
 size_t bytes_held(const PrefixState& s);
 
+// The forward's passes: extend() runs a prefix in steps of kPrefillStepTokens (a multiple of
+// the GDN chunk); run_rows() runs rows in passes of at most kRowPassTokens tokens (a longer row
+// runs alone). A pass allocates its scratch for its tokens and frees it when it ends.
+inline constexpr size_t kPrefillStepTokens = 2048;
+inline constexpr size_t kRowPassTokens = 4096;
+// Bytes of scratch a pass needs per token it runs (every workspace array of the layers, the
+// hidden states it returns, and in kBf16/kInt8 the rounded activations), for memory accounting.
+size_t workspace_bytes_per_token(const ModelConfig& c, Precision p);
+
 struct RowRequest {
   std::vector<int32_t> ids;
   std::vector<int64_t> positions;  // empty: prefix.length + i

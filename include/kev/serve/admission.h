@@ -1,19 +1,31 @@
-// Admission: the FIFO queue in front of the scoring workers, with its batching policy,
-// per-request deadlines and drain (the policy ServeOptions max_inflight / max_batch / max_queue /
-// queue_timeout_s describe in http_server.h).
+// Admission: the queue in front of the scoring workers, with its batching policy, its fairness
+// rule, per-request deadlines and drain (the policy ServeOptions max_inflight / max_batch /
+// max_queue / queue_timeout_s describe in http_server.h).
+//
+// Fairness: a task is `backlogged` when its client has replies it has not read (the server
+// sets it: the request was pipelined behind an unsent or unread reply). Such a client does not
+// hold places that others need: fresh tasks (every other) wait in a FIFO of their own that
+// workers serve first, in batches of up to max_batch; backlogged tasks wait in a second FIFO,
+// served only when no fresh task waits, one per batch (so a fresh request never waits behind
+// more than one backlogged request's pass); and a fresh task that finds the queue full takes
+// the place of the newest backlogged task, which is refused (kDisplaced) instead of it. Each
+// connection holds at most one task at a time (its requests are answered in order), so FIFO
+// order among fresh tasks is round-robin among connections.
 //
 // - start(runner): max_inflight worker threads and one sweeper thread. A free worker takes up to
-//   max_batch tasks from the front of the queue (what is queued then; it never waits for more)
-//   and hands them to the runner in FIFO order as one batch. A task marked `alone` is taken in a
-//   batch of its own (and ends the batch in front of it).
-// - submit(): false when busy workers + queued tasks reach max_inflight + max_queue (the caller
-//   answers 503 at once); else the task waits at most `wait`. A task still queued past its
-//   deadline is expired: its `expire` runs (on the sweeper, or on the worker that meets it),
-//   and it is never given to the runner.
+//   max_batch fresh tasks from the front of their queue (what is queued then; it never waits for
+//   more), or else one backlogged task, and hands them to the runner in FIFO order as one batch.
+//   A task marked `alone` is taken in a batch of its own (and ends the batch in front of it).
+// - submit(): false when busy workers + queued tasks reach max_inflight + max_queue and no
+//   backlogged task can give way to it (the caller answers 503 at once); else the task waits at
+//   most `wait`. A task still queued past its deadline is expired: its `refuse` runs with
+//   kExpired (on the sweeper, or on the worker that meets it), and it is never given to the
+//   runner; a displaced task's `refuse` runs with kDisplaced on the submitting thread, after
+//   submit() has released the lock.
 // - stop(): the workers run every task still queued (drain), then every thread is joined.
 // Ownership: the queue owns each task until a worker or the sweeper takes it. Thread-safe:
-// submit() and counts() from any thread; runner and expire run on Admission's threads, never
-// under its lock; an exception they throw is logged on stderr, the thread goes on.
+// submit() and counts() from any thread; runner and refuse never run under Admission's lock; an
+// exception they throw on Admission's threads is logged on stderr, the thread goes on.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -31,13 +43,17 @@ namespace kev {
 // What Admission needs of a queued task; the server derives its scoring task from it.
 struct AdmissionTask {
   virtual ~AdmissionTask() = default;
-  bool alone = false;     // scored in a batch of its own (never shares a model pass)
-  size_t body_bytes = 0;  // after a batch of >= 1 MiB of bodies, freed memory is returned
+  bool alone = false;       // scored in a batch of its own (never shares a model pass)
+  bool backlogged = false;  // its client has unread replies: queued behind every fresh task
+  size_t body_bytes = 0;    // after a batch of >= 1 MiB of bodies, freed memory is returned
 };
 
 class Admission {
  public:
   using Clock = std::chrono::steady_clock;
+  // Why a queued task is given up without being run.
+  enum class Refusal { kExpired, kDisplaced };
+  using Refuse = std::function<void(Refusal)>;
   // On a worker thread: handles the tasks of one batch (FIFO order) and returns, per task, what
   // sends its reply (run once the batch is no longer counted in flight).
   using Runner = std::function<std::vector<std::function<void()>>(
@@ -51,8 +67,9 @@ class Admission {
 
   void start(Runner runner);
   // false: full (the caller answers 503 at once). A worker that is free takes the task at once;
-  // beyond the busy workers, at most max_queue tasks wait.
-  bool submit(std::shared_ptr<AdmissionTask> task, std::function<void()> expire);
+  // beyond the busy workers, at most max_queue tasks wait (a fresh task may displace the newest
+  // backlogged one).
+  bool submit(std::shared_ptr<AdmissionTask> task, Refuse refuse);
   // {requests scoring (every request of every batch in progress), requests waiting}
   std::pair<size_t, size_t> counts() const;
   // Runs every task still queued, then joins the threads. Idempotent.
@@ -62,20 +79,21 @@ class Admission {
   struct Job {
     Clock::time_point deadline;
     std::shared_ptr<AdmissionTask> task;
-    std::function<void()> expire;  // on the sweeper or a worker thread
+    Refuse refuse;  // on the sweeper, a worker or the submitting thread
   };
 
   void work();
   void sweep();
+  size_t queued() const { return fresh_.size() + backlog_.size(); }
 
   const size_t max_inflight_, max_queue_, max_batch_;
   const Clock::duration wait_;
   Runner runner_;
   mutable std::mutex mutex_;
   std::condition_variable work_cv_, sweep_cv_;
-  std::deque<Job> queue_;
-  size_t inflight_ = 0;  // requests in the batches being scored
-  size_t busy_ = 0;      // workers scoring a batch
+  std::deque<Job> fresh_, backlog_;  // each in arrival (= deadline) order
+  size_t inflight_ = 0;              // requests in the batches being scored
+  size_t busy_ = 0;                  // workers scoring a batch
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

@@ -6,7 +6,8 @@
 //   POST /v1/systemone/permute   upstream's demo: one choice question under n_perm option orders
 //   POST /v1/systemone/separate  upstream's demo: each question in its own pass
 //   GET  /health        {"status":"ok"|"loading"|"draining","ready","model","inflight","queued",
-//                        "cache":{...},"batches":{"max_batch","passes","requests","largest"}}
+//                        "cache":{...},"batches":{"max_batch","passes","requests","largest"},
+//                        "memory":{"budget","reserved","waiting"}}
 //   GET  /health/live   200 {"status":"live"} whenever the process answers HTTP
 //   GET  /health/ready  200 {"status":"ready","model"} when loaded and not draining, else 503
 //                       (Retry-After: 1) {"status":"loading"|"draining"}
@@ -33,9 +34,10 @@
 // 400 malformed JSON or HTTP framing (the connection is then closed), 413 body over max_body
 // (refused on its declaration, or while reading a chunked body), 415 any Content-Encoding,
 // 417 an Expect other than 100-continue, 431 header section over its limits, 422 invalid
-// semantics / context overflow / JSON over its key or element limits, 503 busy,
-// loading, queue wait over queue_timeout, or connections / request bodies in memory over their
-// caps (always with Retry-After), 500 internal, 404, 405 (Allow).
+// semantics / context overflow / JSON over its key or element limits, 413 a request that alone
+// needs more than memory_budget to score, 503 busy,
+// loading, queue wait over queue_timeout (for a worker or for memory), or connections / request
+// bodies in memory over their caps (always with Retry-After), 500 internal, 404, 405 (Allow).
 // A request either gets the whole response or an error, never partial answers. Requests on one
 // connection (pipelined or not) are answered in order.
 // Admission: max_inflight worker threads; a free worker takes up to max_batch requests from
@@ -74,6 +76,10 @@ struct ServeOptions {
   double queue_timeout_s = 30;  // longest wait for a scoring slot, then 503
   size_t max_body = size_t{4} << 20;
   size_t max_body_total = size_t{256} << 20;  // every body in memory at once, else 503 + close
+  // Bytes the requests being scored may hold together (keys/values, GDN states, forward scratch;
+  // docs/serving.md "Memory"): a batch waits for room (503 at its queue deadline), a request
+  // that alone needs more is 413. 0: half the machine's memory less the scorer's cache_bytes.
+  size_t memory_budget = 0;
   size_t max_connections = 1024;  // beyond: an idle or the slowest reader is closed, else 503
   size_t max_header_bytes = 16384;
   size_t max_headers = 100;

@@ -21,7 +21,10 @@ namespace {
 using namespace std::chrono_literals;
 
 struct FakeTask : AdmissionTask {
-  explicit FakeTask(int i, bool a = false) : id(i) { alone = a; }
+  explicit FakeTask(int i, bool a = false, bool b = false) : id(i) {
+    alone = a;
+    backlogged = b;
+  }
   int id;
 };
 
@@ -101,15 +104,15 @@ class FakeRunner {
   std::vector<int> sent_;
 };
 
-// Counts expirations, thread-safely.
+// Counts expirations (and, apart, displacements), thread-safely.
 struct Expired {
   std::mutex mutex;
   std::condition_variable cv;
-  std::vector<int> ids;
-  std::function<void()> of(int id) {
-    return [this, id] {
+  std::vector<int> ids, displaced;
+  Admission::Refuse of(int id) {
+    return [this, id](Admission::Refusal why) {
       std::lock_guard lock(mutex);
-      ids.push_back(id);
+      (why == Admission::Refusal::kExpired ? ids : displaced).push_back(id);
       cv.notify_all();
     };
   }
@@ -274,6 +277,72 @@ TEST(Admission, StopDrainsEveryQueuedTaskThenJoins) {
   EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {1, 2}, {3, 4}}));
   EXPECT_TRUE(expired.get().empty());
   a.stop();  // idempotent
+}
+
+// Fairness: a backlogged task (its client has unread replies) waits behind every fresh task,
+// is scored one per batch, and gives its place to a fresh task when the queue is full.
+TEST(Admission, FreshTasksGoFirstAndBackloggedOnesRunAlone) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(/*max_inflight=*/1, /*max_queue=*/16, /*max_batch=*/8, 10s);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  for (int i = 1; i <= 3; ++i)
+    ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(i, false, /*backlogged=*/true), expired.of(i)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(4), expired.of(4)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(5), expired.of(5)));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(6));
+  a.stop();
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {4, 5}, {1}, {2}, {3}}));
+  EXPECT_TRUE(expired.get().empty());
+}
+
+TEST(Admission, AFreshTaskDisplacesTheNewestBackloggedOneWhenFull) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(/*max_inflight=*/1, /*max_queue=*/2, /*max_batch=*/8, 10s);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(1, false, true), expired.of(1)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(2, false, true), expired.of(2)));
+  // Full: another backlogged task is refused; a fresh one takes the newest backlogged place.
+  EXPECT_FALSE(a.submit(std::make_shared<FakeTask>(3, false, true), expired.of(3)));
+  EXPECT_TRUE(a.submit(std::make_shared<FakeTask>(4), expired.of(4)));
+  EXPECT_TRUE(a.submit(std::make_shared<FakeTask>(5), expired.of(5)));
+  // Both backlogged places were given up; now the queue holds fresh tasks only: full.
+  EXPECT_FALSE(a.submit(std::make_shared<FakeTask>(6), expired.of(6)));
+  {
+    std::lock_guard lock(expired.mutex);
+    EXPECT_EQ(expired.displaced, (std::vector<int>{2, 1}));
+  }
+  EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{1, 2}));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(3));
+  a.stop();
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {4, 5}}));
+  EXPECT_TRUE(expired.get().empty());
+}
+
+TEST(Admission, BackloggedTasksExpireAtTheirDeadline) {
+  FakeRunner fake;
+  Expired expired;
+  Admission a(1, 16, 8, /*wait=*/50ms);
+  a.start(fake.runner());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(1, false, true), expired.of(1)));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(2), expired.of(2)));
+  ASSERT_TRUE(expired.wait(2));
+  EXPECT_EQ(expired.get(), (std::vector<int>{1, 2}));
+  fake.release();
+  a.stop();
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}}));
 }
 
 }  // namespace

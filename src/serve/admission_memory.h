@@ -1,0 +1,64 @@
+// Memory admission (docs/serving.md "Memory"): what scoring a request holds, and the budget the
+// requests being scored share.
+//
+// RequestMemory: bytes one request holds while it is scored, from the model's dimensions:
+//   need = kv_per_token * S + state_fixed + workspace_per_token * pass_tokens
+// S the state's tokens (<state> included; all of them, even those continued from a saved point),
+// kv_per_token the attention keys and values (8 * kv_heads * head_dim per attention layer),
+// state_fixed twice every GDN layer's conv and recurrent state (a prefill step holds the state it
+// continues and the one it makes), and the scratch of the widest pass the request runs: its
+// prefill steps (at most kPrefillStepTokens) or its rows (all its branch tokens, at most
+// kRowPassTokens unless one branch is longer). An upper bound of what the forward allocates for
+// it (model.h), beside the weights, the saved points (--cache-bytes) and the bodies.
+//
+// MemoryBudget: bytes reserved by the batches being scored, never over the budget. Thread-safe.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <mutex>
+#include <vector>
+
+#include "kev/model/config.h"
+#include "kev/model/model.h"
+
+namespace kev {
+
+struct RequestMemory {
+  size_t kv_per_token = 0, state_fixed = 0, workspace_per_token = 0;
+
+  static RequestMemory of(const ModelConfig& c, Precision p);
+  // state_tokens: S; branch_tokens: every branch added up; longest_branch: the longest one.
+  size_t need(size_t state_tokens, size_t branch_tokens, size_t longest_branch) const;
+};
+
+// The default budget: half the machine's memory (the cgroup's limit when lower: MemTotal of
+// /proc/meminfo, memory.max of cgroup v2), less `cache_bytes`; at least 256 MiB.
+size_t default_memory_budget(size_t cache_bytes);
+
+class MemoryBudget {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Now {
+    size_t budget = 0, reserved = 0, waiting = 0;
+  };
+
+  explicit MemoryBudget(size_t bytes) : budget_(bytes) {}
+  size_t budget() const { return budget_; }
+  // Reserves `bytes` (<= budget()) once they fit beside what is reserved; false at `deadline`.
+  // Waiters are served in arrival order (a large request is not starved by small ones).
+  bool acquire(size_t bytes, Clock::time_point deadline);
+  void release(size_t bytes);
+  Now now() const;
+
+ private:
+  const size_t budget_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  size_t reserved_ = 0;
+  size_t waiting_ = 0;
+  unsigned long long next_ticket_ = 0, serving_ = 0;  // FIFO among waiters
+  std::vector<unsigned long long> skipped_;           // tickets that gave up before their turn
+};
+
+}  // namespace kev
