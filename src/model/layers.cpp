@@ -101,6 +101,7 @@ class Runner {
     allocate(t);
     embed(segs);
     rope_tables(segs);
+    const bool trim = plan_reads(segs);
     if (state_out) {
       state_out->length = segs[0].from->length + segs[0].len;
       state_out->layers.assign(static_cast<size_t>(c_.layers), {});
@@ -108,23 +109,63 @@ class Runner {
     for (int64_t l = 0; l < c_.layers; ++l) {
       const LayerWeights& lw = w_.layers()[static_cast<size_t>(l)];
       LayerState* st = state_out ? &state_out->layers[static_cast<size_t>(l)] : nullptr;
-      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.input_norm.data(), true, eps(), threads_);
-      if (lw.full_attention)
-        attention(lw.attn, l, segs, st);
-      else
+      const bool last_trimmed = trim && l == c_.layers - 1;
+      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), total_, h, lw.input_norm.data(), true, eps(),
+                   threads_);
+      if (lw.full_attention) {
+        attention(lw.attn, l, segs, st, last_trimmed);
+      } else {
         gdn(lw.gdn, l, segs, st);
+        if (last_trimmed) keep_read_rows(ws_.mix.data(), h);
+      }
+      if (last_trimmed) {
+        keep_read_rows(ws_.x.data(), h);
+        total_ = static_cast<int64_t>(read_rows_.size());
+        if (total_ == 0) break;
+      }
       add_into_x();
-      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.post_norm.data(), true, eps(), threads_);
+      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), total_, h, lw.post_norm.data(), true, eps(),
+                   threads_);
       mlp(lw);
       add_into_x();
     }
-    out.resize(static_cast<size_t>(t * h));
-    rmsnorm_rows(ws_.x.data(), out.data(), t, h, w_.final_norm().data(), true, eps(), threads_);
+    out.resize(static_cast<size_t>(total_ * h));
+    rmsnorm_rows(ws_.x.data(), out.data(), total_, h, w_.final_norm().data(), true, eps(),
+                 threads_);
   }
 
  private:
   float eps() const { return static_cast<float>(c_.rms_eps); }
   size_t z(int64_t n) const { return static_cast<size_t>(n); }
+
+  // Sets each segment's out_offset and, when some rows are not read, the batch rows that are
+  // (read_rows_, ascending; read_mask_ per row). True when the last layer can skip rows.
+  bool plan_reads(std::vector<Segment>& segs) {
+    read_rows_.clear();
+    read_mask_.assign(z(total_), 0);
+    bool all = true;
+    for (const Segment& s : segs) all = all && s.read_all;
+    int64_t at = 0;
+    for (Segment& s : segs) {
+      s.out_offset = all ? s.offset : at;
+      if (all) continue;
+      for (int64_t i = 0; i < s.len; ++i) {
+        if (!s.read_all && !std::binary_search(s.read.begin(), s.read.end(), i)) continue;
+        read_rows_.push_back(s.offset + i);
+        read_mask_[z(s.offset + i)] = 1;
+        ++at;
+      }
+    }
+    return !all;
+  }
+
+  // Moves the read rows of buf [T, width] to its front, in order (row read_rows_[j] -> j <= it).
+  void keep_read_rows(float* buf, int64_t width) {
+    for (size_t j = 0; j < read_rows_.size(); ++j) {
+      const int64_t from = read_rows_[j], to = static_cast<int64_t>(j);
+      if (from != to) std::memmove(buf + to * width, buf + from * width, z(width) * 4);
+    }
+  }
 
   void allocate(int64_t t) {
     const int64_t h = c_.hidden;
@@ -211,8 +252,10 @@ class Runner {
     return s.from->layers[static_cast<size_t>(layer)];
   }
 
+  // trimmed (the last layer, some rows unread): queries and outputs of the read rows only; the
+  // output projection then runs on them alone, moved to the front of the batch.
   void attention(const AttentionWeights& a, int64_t layer, const std::vector<Segment>& segs,
-                 LayerState* st) {
+                 LayerState* st, bool trimmed) {
     const int64_t hd = c_.head_dim, nh = c_.heads, nkv = c_.kv_heads, half = c_.rotary_dim / 2;
     const int64_t qg_w = nh * hd * 2, kv_w = nkv * hd;
     float* qg = ws_.big1.data();  // [T, nh * 2hd]
@@ -220,7 +263,8 @@ class Runner {
     float* vb = ws_.aux2.data();  // [T, kv_w]
     float* qb = ws_.big2.data();  // [T, nh * hd] normed + roped queries
     float* ao = ws_.aux1.data();  // [T, nh * hd]
-    gemm(ws_.xn.data(), c_.hidden, a.q, qg);
+    const bool any_query = !trimmed || !read_rows_.empty();
+    if (any_query) gemm(ws_.xn.data(), c_.hidden, a.q, qg);
     gemm(ws_.xn.data(), c_.hidden, a.k, kb);
     gemm(ws_.xn.data(), c_.hidden, a.v, vb);
     parallel_for(
@@ -229,7 +273,7 @@ class Runner {
           const int64_t t = static_cast<int64_t>(r);
           const float* cs = ws_.cos.data() + t * half;
           const float* sn = ws_.sin.data() + t * half;
-          for (int64_t hh = 0; hh < nh; ++hh) {
+          for (int64_t hh = 0; any_query && hh < nh; ++hh) {
             float* q = qb + t * nh * hd + hh * hd;
             std::memcpy(q, qg + t * qg_w + hh * 2 * hd, z(hd) * 4);
             rmsnorm_inplace(q, hd, a.q_norm.data(), eps());
@@ -256,6 +300,7 @@ class Runner {
           std::vector<float> p(z(past + s.len));
           for (int64_t i = 0; i < s.len; ++i) {
             const int64_t t = s.offset + i;
+            if (trimmed && !read_mask_[z(t)]) continue;  // its output is never read
             const float* q = qb + t * nh * hd + hh * hd;
             const int64_t n = past + i + 1;
             // Scores against the cached keys block by block, then this segment's (each key
@@ -301,6 +346,15 @@ class Runner {
       block->v.assign(vb + s.offset * kv_w, vb + (s.offset + s.len) * kv_w);
       st->kv = in.kv;
       st->kv.push_back(std::move(block));
+    }
+    if (trimmed) {
+      keep_read_rows(ao, nh * hd);
+      if (read_rows_.empty()) return;
+      const int64_t all_rows = total_;
+      total_ = static_cast<int64_t>(read_rows_.size());  // the projection's rows
+      gemm(ao, nh * hd, a.o, ws_.mix.data());
+      total_ = all_rows;
+      return;
     }
     gemm(ao, nh * hd, a.o, ws_.mix.data());
   }
@@ -533,6 +587,8 @@ class Runner {
   const ModelKernels& k_;
   Workspace ws_;
   int64_t total_ = 0;
+  std::vector<int64_t> read_rows_;  // plan_reads
+  std::vector<char> read_mask_;
 };
 
 }  // namespace
