@@ -287,54 +287,108 @@ class Runner {
         },
         threads_);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const size_t tasks = segs.size() * z(nh);
+    // Blocked: a task is a block of up to kQueryRows query rows of one segment with the query
+    // heads of one key/value head, and walks the keys and values in blocks of kKeyRows, so each
+    // block is read from memory once per task instead of once per query row and head. Every
+    // score is still one dot of its own (vec.h dot_rows: bit for bit dot()), every row's softmax
+    // runs over its whole score vector in key order, and every output sums p_j v_j in key order
+    // (axpy_rows: the repeated axpy): the bits do not depend on the blocking.
+    constexpr int64_t kQueryRows = 16, kKeyRows = 128;
+    const int64_t group = nh / nkv;
+    struct Task {
+      size_t seg;
+      int64_t g, r0, r1;
+    };
+    std::vector<Task> tasks;
+    for (size_t si = 0; si < segs.size(); ++si)
+      for (int64_t g = 0; g < nkv; ++g)
+        for (int64_t r0 = 0; r0 < segs[si].len; r0 += kQueryRows)
+          tasks.push_back({si, g, r0, std::min(segs[si].len, r0 + kQueryRows)});
     parallel_for(
-        tasks,
-        [&](size_t task) {
-          const Segment& s = segs[task / z(nh)];
+        tasks.size(),
+        [&](size_t ti) {
+          const Task& task = tasks[ti];
+          const Segment& s = segs[task.seg];
           const LayerState& in = layer_in(s, layer);
+          const int64_t g = task.g;
           int64_t past = 0;
           for (const auto& b : in.kv) past += static_cast<int64_t>(b->k.size()) / kv_w;
-          const int64_t hh = static_cast<int64_t>(task % z(nh));
-          const int64_t g = hh / (nh / nkv);
-          std::vector<float> p(z(past + s.len));
-          for (int64_t i = 0; i < s.len; ++i) {
-            const int64_t t = s.offset + i;
-            if (trimmed && !read_mask_[z(t)]) continue;  // its output is never read
-            const float* q = qb + t * nh * hd + hh * hd;
-            const int64_t n = past + i + 1;
-            // Scores against the cached keys block by block, then this segment's (each key
-            // alone: where the blocks split the keys does not change a score).
+          // The rows of this block whose output is read (all but in a trimmed last layer).
+          std::vector<int64_t> rows;
+          for (int64_t i = task.r0; i < task.r1; ++i)
+            if (!trimmed || read_mask_[z(s.offset + i)]) rows.push_back(i);
+          if (rows.empty()) return;
+          const int64_t width = past + rows.back() + 1;  // the longest score vector
+          // p[(r * group + h) * width + j]: the scores, then probabilities, of row rows[r] and
+          // query head g * group + h against key j.
+          std::vector<float> p(z(static_cast<int64_t>(rows.size()) * group * width));
+          auto query = [&](int64_t i, int64_t h) {
+            return qb + (s.offset + i) * nh * hd + (g * group + h) * hd;
+          };
+          auto scores = [&](size_t r, int64_t h) {
+            return p.data() + (static_cast<int64_t>(r) * group + h) * width;
+          };
+          auto out = [&](int64_t i, int64_t h) {
+            return ao + (s.offset + i) * nh * hd + (g * group + h) * hd;
+          };
+          // Runs fn(key rows [k0, k1) of `base`, at score index at + k0) block by block, for the
+          // cached blocks, then this segment's keys up to the block's last row.
+          auto over_keys = [&](auto&& keys_of, auto&& fn) {
             int64_t at = 0;
             for (const auto& b : in.kv) {
-              const int64_t rows = static_cast<int64_t>(b->k.size()) / kv_w;
-              k_.dot_rows(q, b->k.data() + g * hd, kv_w, rows, hd, p.data() + at);
-              at += rows;
+              const int64_t n = static_cast<int64_t>(b->k.size()) / kv_w;
+              for (int64_t k0 = 0; k0 < n; k0 += kKeyRows)
+                fn(keys_of(*b) + g * hd, at, k0, std::min(n, k0 + kKeyRows), false);
+              at += n;
             }
-            k_.dot_rows(q, kb + s.offset * kv_w + g * hd, kv_w, i + 1, hd, p.data() + past);
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < n; ++j) {
-              p[z(j)] = p[z(j)] * scale;
-              mx = std::max(mx, p[z(j)]);
+            for (int64_t k0 = 0; k0 <= rows.back(); k0 += kKeyRows)
+              fn(nullptr, past, k0, std::min(rows.back() + 1, k0 + kKeyRows), true);
+          };
+          const float* own_k = kb + s.offset * kv_w + g * hd;
+          const float* own_v = vb + s.offset * kv_w + g * hd;
+          over_keys([](const KvBlock& b) { return b.k.data(); },
+                    [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
+                      if (own) base = own_k;
+                      for (size_t r = 0; r < rows.size(); ++r) {
+                        // This segment's keys: only those up to the row itself (causal).
+                        const int64_t end = own ? std::min(k1, rows[r] + 1) : k1;
+                        if (end <= k0) continue;
+                        for (int64_t h = 0; h < group; ++h)
+                          k_.dot_rows(query(rows[r], h), base + k0 * kv_w, kv_w, end - k0, hd,
+                                      scores(r, h) + at + k0);
+                      }
+                    });
+          for (size_t r = 0; r < rows.size(); ++r)
+            for (int64_t h = 0; h < group; ++h) {
+              float* pr = scores(r, h);
+              const int64_t n = past + rows[r] + 1;
+              float mx = -INFINITY;
+              for (int64_t j = 0; j < n; ++j) {
+                pr[j] = pr[j] * scale;
+                mx = std::max(mx, pr[j]);
+              }
+              k_.exp_shifted(pr, mx, n);
+              float sum = 0.0f;
+              for (int64_t j = 0; j < n; ++j) sum += pr[j];
+              for (int64_t j = 0; j < n; ++j) pr[j] = pr[j] / sum;
+              float* o = out(rows[r], h);
+              std::fill(o, o + hd, 0.0f);
             }
-            k_.exp_shifted(p.data(), mx, n);
-            float sum = 0.0f;
-            for (int64_t j = 0; j < n; ++j) sum += p[z(j)];
-            float* o = ao + t * nh * hd + hh * hd;
-            std::fill(o, o + hd, 0.0f);
-            for (int64_t j = 0; j < n; ++j) p[z(j)] = p[z(j)] / sum;
-            // o += p_j v_j over the cached rows, then this segment's (each in key order, one
-            // row at a time: the same sums however the rows are split into blocks).
-            at = 0;
-            for (const auto& b : in.kv) {
-              const int64_t rows = static_cast<int64_t>(b->v.size()) / kv_w;
-              k_.axpy_rows(o, p.data() + at, b->v.data() + g * hd, kv_w, rows, hd);
-              at += rows;
-            }
-            k_.axpy_rows(o, p.data() + past, vb + s.offset * kv_w + g * hd, kv_w, i + 1, hd);
-            const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
-            k_.mul_sigmoid(o, gate, hd);
-          }
+          over_keys([](const KvBlock& b) { return b.v.data(); },
+                    [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
+                      if (own) base = own_v;
+                      for (size_t r = 0; r < rows.size(); ++r) {
+                        const int64_t end = own ? std::min(k1, rows[r] + 1) : k1;
+                        if (end <= k0) continue;
+                        for (int64_t h = 0; h < group; ++h)
+                          k_.axpy_rows(out(rows[r], h), scores(r, h) + at + k0, base + k0 * kv_w,
+                                       kv_w, end - k0, hd);
+                      }
+                    });
+          for (int64_t i : rows)
+            for (int64_t h = 0; h < group; ++h)
+              k_.mul_sigmoid(out(i, h), qg + (s.offset + i) * qg_w + (g * group + h) * 2 * hd + hd,
+                             hd);
         },
         threads_);
     if (st) {
