@@ -119,6 +119,7 @@ class Runner {
     allocate(t);
     embed(segs);
     rope_tables(segs);
+    const bool trim = plan_reads(segs);
     if (state_out) {
       state_out->length = segs[0].from->length + segs[0].len;
       state_out->layers.assign(static_cast<size_t>(c_.layers), {});
@@ -126,23 +127,63 @@ class Runner {
     for (int64_t l = 0; l < c_.layers; ++l) {
       const LayerWeights& lw = w_.layers()[static_cast<size_t>(l)];
       LayerState* st = state_out ? &state_out->layers[static_cast<size_t>(l)] : nullptr;
-      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.input_norm.data(), true, eps(), threads_);
-      if (lw.full_attention)
-        attention(lw.attn, l, segs, st);
-      else
+      const bool last_trimmed = trim && l == c_.layers - 1;
+      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), total_, h, lw.input_norm.data(), true, eps(),
+                   threads_);
+      if (lw.full_attention) {
+        attention(lw.attn, l, segs, st, last_trimmed);
+      } else {
         gdn(lw.gdn, l, segs, st);
+        if (last_trimmed) keep_read_rows(ws_.mix.data(), h);
+      }
+      if (last_trimmed) {
+        keep_read_rows(ws_.x.data(), h);
+        total_ = static_cast<int64_t>(read_rows_.size());
+        if (total_ == 0) break;
+      }
       add_into_x();
-      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), t, h, lw.post_norm.data(), true, eps(), threads_);
+      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), total_, h, lw.post_norm.data(), true, eps(),
+                   threads_);
       mlp(lw);
       add_into_x();
     }
-    out.resize(static_cast<size_t>(t * h));
-    rmsnorm_rows(ws_.x.data(), out.data(), t, h, w_.final_norm().data(), true, eps(), threads_);
+    out.resize(static_cast<size_t>(total_ * h));
+    rmsnorm_rows(ws_.x.data(), out.data(), total_, h, w_.final_norm().data(), true, eps(),
+                 threads_);
   }
 
  private:
   float eps() const { return static_cast<float>(c_.rms_eps); }
   size_t z(int64_t n) const { return static_cast<size_t>(n); }
+
+  // Sets each segment's out_offset and, when some rows are not read, the batch rows that are
+  // (read_rows_, ascending; read_mask_ per row). True when the last layer can skip rows.
+  bool plan_reads(std::vector<Segment>& segs) {
+    read_rows_.clear();
+    read_mask_.assign(z(total_), 0);
+    bool all = true;
+    for (const Segment& s : segs) all = all && s.read_all;
+    int64_t at = 0;
+    for (Segment& s : segs) {
+      s.out_offset = all ? s.offset : at;
+      if (all) continue;
+      for (int64_t i = 0; i < s.len; ++i) {
+        if (!s.read_all && !std::binary_search(s.read.begin(), s.read.end(), i)) continue;
+        read_rows_.push_back(s.offset + i);
+        read_mask_[z(s.offset + i)] = 1;
+        ++at;
+      }
+    }
+    return !all;
+  }
+
+  // Moves the read rows of buf [T, width] to its front, in order (row read_rows_[j] -> j <= it).
+  void keep_read_rows(float* buf, int64_t width) {
+    for (size_t j = 0; j < read_rows_.size(); ++j) {
+      const int64_t from = read_rows_[j], to = static_cast<int64_t>(j);
+      if (from != to) std::memmove(buf + to * width, buf + from * width, z(width) * 4);
+    }
+  }
 
   void allocate(int64_t t) {
     const WorkspaceWidths w = workspace_widths(c_);
@@ -227,8 +268,10 @@ class Runner {
     return s.from->layers[static_cast<size_t>(layer)];
   }
 
+  // trimmed (the last layer, some rows unread): queries and outputs of the read rows only; the
+  // output projection then runs on them alone, moved to the front of the batch.
   void attention(const AttentionWeights& a, int64_t layer, const std::vector<Segment>& segs,
-                 LayerState* st) {
+                 LayerState* st, bool trimmed) {
     const int64_t hd = c_.head_dim, nh = c_.heads, nkv = c_.kv_heads, half = c_.rotary_dim / 2;
     const int64_t qg_w = nh * hd * 2, kv_w = nkv * hd;
     float* qg = ws_.big1.data();  // [T, nh * 2hd]
@@ -236,7 +279,8 @@ class Runner {
     float* vb = ws_.aux2.data();  // [T, kv_w]
     float* qb = ws_.big2.data();  // [T, nh * hd] normed + roped queries
     float* ao = ws_.aux1.data();  // [T, nh * hd]
-    gemm(ws_.xn.data(), c_.hidden, a.q, qg);
+    const bool any_query = !trimmed || !read_rows_.empty();
+    if (any_query) gemm(ws_.xn.data(), c_.hidden, a.q, qg);
     gemm(ws_.xn.data(), c_.hidden, a.k, kb);
     gemm(ws_.xn.data(), c_.hidden, a.v, vb);
     parallel_for(
@@ -245,7 +289,7 @@ class Runner {
           const int64_t t = static_cast<int64_t>(r);
           const float* cs = ws_.cos.data() + t * half;
           const float* sn = ws_.sin.data() + t * half;
-          for (int64_t hh = 0; hh < nh; ++hh) {
+          for (int64_t hh = 0; any_query && hh < nh; ++hh) {
             float* q = qb + t * nh * hd + hh * hd;
             std::memcpy(q, qg + t * qg_w + hh * 2 * hd, z(hd) * 4);
             rmsnorm_inplace(q, hd, a.q_norm.data(), eps());
@@ -259,53 +303,108 @@ class Runner {
         },
         threads_);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const size_t tasks = segs.size() * z(nh);
+    // Blocked: a task is a block of up to kQueryRows query rows of one segment with the query
+    // heads of one key/value head, and walks the keys and values in blocks of kKeyRows, so each
+    // block is read from memory once per task instead of once per query row and head. Every
+    // score is still one dot of its own (vec.h dot_rows: bit for bit dot()), every row's softmax
+    // runs over its whole score vector in key order, and every output sums p_j v_j in key order
+    // (axpy_rows: the repeated axpy): the bits do not depend on the blocking.
+    constexpr int64_t kQueryRows = 16, kKeyRows = 128;
+    const int64_t group = nh / nkv;
+    struct Task {
+      size_t seg;
+      int64_t g, r0, r1;
+    };
+    std::vector<Task> tasks;
+    for (size_t si = 0; si < segs.size(); ++si)
+      for (int64_t g = 0; g < nkv; ++g)
+        for (int64_t r0 = 0; r0 < segs[si].len; r0 += kQueryRows)
+          tasks.push_back({si, g, r0, std::min(segs[si].len, r0 + kQueryRows)});
     parallel_for(
-        tasks,
-        [&](size_t task) {
-          const Segment& s = segs[task / z(nh)];
+        tasks.size(),
+        [&](size_t ti) {
+          const Task& task = tasks[ti];
+          const Segment& s = segs[task.seg];
           const LayerState& in = layer_in(s, layer);
+          const int64_t g = task.g;
           int64_t past = 0;
           for (const auto& b : in.kv) past += static_cast<int64_t>(b->k.size()) / kv_w;
-          const int64_t hh = static_cast<int64_t>(task % z(nh));
-          const int64_t g = hh / (nh / nkv);
-          std::vector<float> p(z(past + s.len));
-          for (int64_t i = 0; i < s.len; ++i) {
-            const int64_t t = s.offset + i;
-            const float* q = qb + t * nh * hd + hh * hd;
-            const int64_t n = past + i + 1;
-            // Scores against the cached keys block by block, then this segment's (each key
-            // alone: where the blocks split the keys does not change a score).
+          // The rows of this block whose output is read (all but in a trimmed last layer).
+          std::vector<int64_t> rows;
+          for (int64_t i = task.r0; i < task.r1; ++i)
+            if (!trimmed || read_mask_[z(s.offset + i)]) rows.push_back(i);
+          if (rows.empty()) return;
+          const int64_t width = past + rows.back() + 1;  // the longest score vector
+          // p[(r * group + h) * width + j]: the scores, then probabilities, of row rows[r] and
+          // query head g * group + h against key j.
+          std::vector<float> p(z(static_cast<int64_t>(rows.size()) * group * width));
+          auto query = [&](int64_t i, int64_t h) {
+            return qb + (s.offset + i) * nh * hd + (g * group + h) * hd;
+          };
+          auto scores = [&](size_t r, int64_t h) {
+            return p.data() + (static_cast<int64_t>(r) * group + h) * width;
+          };
+          auto out = [&](int64_t i, int64_t h) {
+            return ao + (s.offset + i) * nh * hd + (g * group + h) * hd;
+          };
+          // Runs fn(key rows [k0, k1) of `base`, at score index at + k0) block by block, for the
+          // cached blocks, then this segment's keys up to the block's last row.
+          auto over_keys = [&](auto&& keys_of, auto&& fn) {
             int64_t at = 0;
             for (const auto& b : in.kv) {
-              const int64_t rows = static_cast<int64_t>(b->k.size()) / kv_w;
-              k_.dot_rows(q, b->k.data() + g * hd, kv_w, rows, hd, p.data() + at);
-              at += rows;
+              const int64_t n = static_cast<int64_t>(b->k.size()) / kv_w;
+              for (int64_t k0 = 0; k0 < n; k0 += kKeyRows)
+                fn(keys_of(*b) + g * hd, at, k0, std::min(n, k0 + kKeyRows), false);
+              at += n;
             }
-            k_.dot_rows(q, kb + s.offset * kv_w + g * hd, kv_w, i + 1, hd, p.data() + past);
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < n; ++j) {
-              p[z(j)] = p[z(j)] * scale;
-              mx = std::max(mx, p[z(j)]);
+            for (int64_t k0 = 0; k0 <= rows.back(); k0 += kKeyRows)
+              fn(nullptr, past, k0, std::min(rows.back() + 1, k0 + kKeyRows), true);
+          };
+          const float* own_k = kb + s.offset * kv_w + g * hd;
+          const float* own_v = vb + s.offset * kv_w + g * hd;
+          over_keys([](const KvBlock& b) { return b.k.data(); },
+                    [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
+                      if (own) base = own_k;
+                      for (size_t r = 0; r < rows.size(); ++r) {
+                        // This segment's keys: only those up to the row itself (causal).
+                        const int64_t end = own ? std::min(k1, rows[r] + 1) : k1;
+                        if (end <= k0) continue;
+                        for (int64_t h = 0; h < group; ++h)
+                          k_.dot_rows(query(rows[r], h), base + k0 * kv_w, kv_w, end - k0, hd,
+                                      scores(r, h) + at + k0);
+                      }
+                    });
+          for (size_t r = 0; r < rows.size(); ++r)
+            for (int64_t h = 0; h < group; ++h) {
+              float* pr = scores(r, h);
+              const int64_t n = past + rows[r] + 1;
+              float mx = -INFINITY;
+              for (int64_t j = 0; j < n; ++j) {
+                pr[j] = pr[j] * scale;
+                mx = std::max(mx, pr[j]);
+              }
+              k_.exp_shifted(pr, mx, n);
+              float sum = 0.0f;
+              for (int64_t j = 0; j < n; ++j) sum += pr[j];
+              for (int64_t j = 0; j < n; ++j) pr[j] = pr[j] / sum;
+              float* o = out(rows[r], h);
+              std::fill(o, o + hd, 0.0f);
             }
-            k_.exp_shifted(p.data(), mx, n);
-            float sum = 0.0f;
-            for (int64_t j = 0; j < n; ++j) sum += p[z(j)];
-            float* o = ao + t * nh * hd + hh * hd;
-            std::fill(o, o + hd, 0.0f);
-            for (int64_t j = 0; j < n; ++j) p[z(j)] = p[z(j)] / sum;
-            // o += p_j v_j over the cached rows, then this segment's (each in key order, one
-            // row at a time: the same sums however the rows are split into blocks).
-            at = 0;
-            for (const auto& b : in.kv) {
-              const int64_t rows = static_cast<int64_t>(b->v.size()) / kv_w;
-              k_.axpy_rows(o, p.data() + at, b->v.data() + g * hd, kv_w, rows, hd);
-              at += rows;
-            }
-            k_.axpy_rows(o, p.data() + past, vb + s.offset * kv_w + g * hd, kv_w, i + 1, hd);
-            const float* gate = qg + t * qg_w + hh * 2 * hd + hd;
-            k_.mul_sigmoid(o, gate, hd);
-          }
+          over_keys([](const KvBlock& b) { return b.v.data(); },
+                    [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
+                      if (own) base = own_v;
+                      for (size_t r = 0; r < rows.size(); ++r) {
+                        const int64_t end = own ? std::min(k1, rows[r] + 1) : k1;
+                        if (end <= k0) continue;
+                        for (int64_t h = 0; h < group; ++h)
+                          k_.axpy_rows(out(rows[r], h), scores(r, h) + at + k0, base + k0 * kv_w,
+                                       kv_w, end - k0, hd);
+                      }
+                    });
+          for (int64_t i : rows)
+            for (int64_t h = 0; h < group; ++h)
+              k_.mul_sigmoid(out(i, h), qg + (s.offset + i) * qg_w + (g * group + h) * 2 * hd + hd,
+                             hd);
         },
         threads_);
     if (st) {
@@ -317,6 +416,15 @@ class Runner {
       block->v.assign(vb + s.offset * kv_w, vb + (s.offset + s.len) * kv_w);
       st->kv = in.kv;
       st->kv.push_back(std::move(block));
+    }
+    if (trimmed) {
+      keep_read_rows(ao, nh * hd);
+      if (read_rows_.empty()) return;
+      const int64_t all_rows = total_;
+      total_ = static_cast<int64_t>(read_rows_.size());  // the projection's rows
+      gemm(ao, nh * hd, a.o, ws_.mix.data());
+      total_ = all_rows;
+      return;
     }
     gemm(ao, nh * hd, a.o, ws_.mix.data());
   }
@@ -549,6 +657,8 @@ class Runner {
   const ModelKernels& k_;
   Workspace ws_;
   int64_t total_ = 0;
+  std::vector<int64_t> read_rows_;  // plan_reads
+  std::vector<char> read_mask_;
 };
 
 }  // namespace

@@ -23,10 +23,20 @@ struct Segment {
   const int32_t* ids;
   std::vector<int64_t> positions;
   int64_t len = 0, offset = 0;  // rows [offset, offset + len) of the batch
+  // The rows whose final hidden states are read: all, or `read` (indices into the segment,
+  // ascending, unique; empty for a prefill that reads none). out_offset: where the segment's
+  // first read row lands in run_layers' output.
+  bool read_all = true;
+  std::vector<int64_t> read;
+  int64_t out_offset = 0;
 };
 
 // Runs the segments (each continuing its own `from`, which may differ between segments) and
-// writes final-normed hidden states [T, H] into out. With state_out (only for one segment) the
+// writes the final-normed hidden states of the read rows into out: [R, H], segment after segment,
+// each segment's read rows in ascending order (all rows: [T, H]). Work whose result is never
+// read is skipped: in the last layer, the attention output of unread rows, and for unread rows
+// the last layer's output projection, MLP and final norm (a state's prefill reads none); a read
+// row's bits do not change (every step is per row). With state_out (only for one segment) the
 // extended state is returned there.
 void run_layers(const ModelWeights& w, const ForwardOptions& options, const Int8Weights* int8,
                 const Bf16DotWeights* bf16, std::vector<Segment>& segs, std::vector<float>& out,

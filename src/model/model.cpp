@@ -40,10 +40,17 @@ void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
   }
 }
 
+// read: the rows whose hidden states are wanted (indices into ids; nullptr: all).
 Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,
-                     const std::vector<int64_t>& positions) {
+                     const std::vector<int64_t>& positions, const std::vector<int64_t>* read) {
   Segment s;
   s.from = &from;
+  if (read) {
+    s.read_all = false;
+    s.read = *read;
+    std::sort(s.read.begin(), s.read.end());
+    s.read.erase(std::unique(s.read.begin(), s.read.end()), s.read.end());
+  }
   s.ids = ids.data();
   s.len = static_cast<int64_t>(ids.size());
   if (positions.empty())
@@ -58,13 +65,16 @@ void collect_row(const RowRequest& row, const Segment& s, const std::vector<floa
                  RowResult& res) {
   if (row.readout.empty()) {
     res.rows = s.len;
-    res.hidden.assign(h.begin() + s.offset * hd, h.begin() + (s.offset + s.len) * hd);
+    res.hidden.assign(h.begin() + s.out_offset * hd, h.begin() + (s.out_offset + s.len) * hd);
     return;
   }
   res.rows = static_cast<int64_t>(row.readout.size());
-  for (int64_t i : row.readout)
-    res.hidden.insert(res.hidden.end(), h.begin() + (s.offset + i) * hd,
-                      h.begin() + (s.offset + i + 1) * hd);
+  for (int64_t i : row.readout) {
+    const int64_t at =
+        s.out_offset +
+        (s.read_all ? i : std::lower_bound(s.read.begin(), s.read.end(), i) - s.read.begin());
+    res.hidden.insert(res.hidden.end(), h.begin() + at * hd, h.begin() + (at + 1) * hd);
+  }
 }
 
 void check_state(const ModelConfig& c, const PrefixState& s) {
@@ -120,7 +130,8 @@ PrefixState Model::empty_state() const {
 }
 
 PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& ids,
-                          const std::vector<int64_t>& positions, std::vector<float>* hidden) const {
+                          const std::vector<int64_t>& positions, std::vector<float>* hidden,
+                          const std::function<bool()>& stop) const {
   check_state(config(), from);
   check_ids(config(), ids, positions, from.length, "prefix");
   // A long prefix runs in chunks of kPrefillChunkTokens (a multiple of the GDN chunk), each
@@ -130,12 +141,18 @@ PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& i
   const PrefixState* current = &from;
   PrefixState next;
   for (size_t begin = 0; begin < ids.size(); begin += kPrefillChunkTokens) {
+    if (begin > 0 && stop && stop())
+      fail(ErrorKind::kInterrupted, "stopped after {} of the prefix's {} tokens", begin,
+           ids.size());
     const size_t end = std::min(ids.size(), begin + kPrefillChunkTokens);
     const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
     std::vector<int32_t> part(ids.begin() + b, ids.begin() + e);
     std::vector<int64_t> part_positions;
     if (!positions.empty()) part_positions.assign(positions.begin() + b, positions.begin() + e);
-    std::vector<Segment> segs{make_segment(*current, part, part_positions)};
+    // Without `hidden` no row is read: the last layer keeps only what the state holds.
+    static const std::vector<int64_t> kNone;
+    std::vector<Segment> segs{
+        make_segment(*current, part, part_positions, hidden ? nullptr : &kNone)};
     PrefixState out;
     std::vector<float> h;
     run_layers(*weights_, options_, int8_.get(), bf16_.get(), segs, h, &out);
@@ -166,7 +183,8 @@ std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& pr
       if (i < 0 || i >= static_cast<int64_t>(rows[r].ids.size()))
         fail(ErrorKind::kBadInput, "{}: readout index {} is outside the row of {} tokens", what, i,
              rows[r].ids.size());
-    segs.push_back(make_segment(*prefixes[r], rows[r].ids, rows[r].positions));
+    segs.push_back(make_segment(*prefixes[r], rows[r].ids, rows[r].positions,
+                                rows[r].readout.empty() ? nullptr : &rows[r].readout));
   }
   std::vector<RowResult> results(rows.size());
   // Rows run in batches of at most kRowBatchTokens tokens (a longer row runs alone): the

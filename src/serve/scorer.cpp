@@ -52,12 +52,14 @@ Scorer::Scorer(const std::string& bundle_dir, ScorerOptions options)
 }
 
 std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_t>& ids,
-                                                        size_t* reused) const {
+                                                        size_t* reused,
+                                                        const std::function<bool()>& gone) const {
   const size_t n = ids.size();
   *reused = 0;
   if (options_.cache_entries == 0 || n < options_.cache_min_tokens) {  // not cached (upstream)
     computed_tokens_.fetch_add(n, std::memory_order_relaxed);
-    return std::make_shared<const PrefixState>(model_->extend(model_->empty_state(), ids));
+    return std::make_shared<const PrefixState>(
+        model_->extend(model_->empty_state(), ids, {}, nullptr, gone));
   }
   // The chunked GDN form gives the one-pass bits only from chunk boundaries (model.h).
   const bool chunked = model_->options().gdn == GdnMode::kChunked;
@@ -73,11 +75,16 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
   }
   std::shared_ptr<const PrefixState> from = match.state;
   size_t at = match.length;
+  // Each part is a safe point too: a state interrupted there keeps the points saved before it
+  // (a retry continues from them).
   auto run_to = [&](size_t end) {
+    if (at > match.length && gone && gone())
+      fail(ErrorKind::kInterrupted, "stopped after {} of the state's {} tokens", at, n);
     const std::vector<int32_t> part(ids.begin() + static_cast<std::ptrdiff_t>(at),
                                     ids.begin() + static_cast<std::ptrdiff_t>(end));
     from = std::make_shared<const PrefixState>(
-        model_->extend(from ? *from : model_->empty_state(), part));
+        model_->extend(from ? *from : model_->empty_state(), part, {}, nullptr, gone));
+    computed_tokens_.fetch_add(end - at, std::memory_order_relaxed);
     at = end;
   };
   // Points inside this state, past the one continued from and not before kMinInnerPointTokens,
@@ -106,7 +113,6 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
   if (match.state && match.kind != PointKind::kCheckpoint) cache_->demote(all.first(match.length));
   *reused = match.length;
   reused_tokens_.fetch_add(match.length, std::memory_order_relaxed);
-  computed_tokens_.fetch_add(n - match.length, std::memory_order_relaxed);
   return from;
 }
 
@@ -223,7 +229,7 @@ void Scorer::prepare(Pending& p) const {
   result.usage.state_tokens = s;
   result.usage.full_state_tokens = enc.state_tokens;
   result.usage.truncated = enc.truncated;
-  p.prefix = state_prefix(enc.state_ids(), &result.usage.cached_tokens);
+  p.prefix = state_prefix(enc.state_ids(), &result.usage.cached_tokens, p.gone);
   if (p.gone && p.gone())
     fail(ErrorKind::kInterrupted, "the client went away before its rows were scored");
 

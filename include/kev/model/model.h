@@ -38,6 +38,7 @@
 //   state.length + 1, ...). Violations throw Error(kBadInput).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -137,10 +138,14 @@ class Model {
 
   PrefixState empty_state() const;
   // Runs `ids` after `from` and returns the longer state; `hidden` (if not null) receives the
-  // final-normed hidden states [ids.size(), hidden].
+  // final-normed hidden states [ids.size(), hidden]. A long `ids` runs in prefill steps of
+  // kPrefillStepTokens; `stop` (if given) is asked before every step after the first, and true
+  // ends the call with Error(kInterrupted) (nothing returned, `from` unchanged): the safe points
+  // where a long state stops when its client leaves or its server drains.
   PrefixState extend(const PrefixState& from, const std::vector<int32_t>& ids,
                      const std::vector<int64_t>& positions = {},
-                     std::vector<float>* hidden = nullptr) const;
+                     std::vector<float>* hidden = nullptr,
+                     const std::function<bool()>& stop = {}) const;
   // Runs every row as its own continuation of `prefix`; rows are batched through the GEMMs.
   std::vector<RowResult> run_rows(const PrefixState& prefix,
                                   const std::vector<RowRequest>& rows) const;

@@ -88,7 +88,7 @@ struct ScoreResult {
 // One request of a score_batch() call; the request must outlive the call.
 struct ScoreJob {
   const ApiRequest* request = nullptr;
-  std::function<bool()> gone;  // as in score(): asked after this request's state prefix
+  std::function<bool()> gone;  // as in score(): asked inside and after this request's state prefix
 };
 
 // Either result (error null) or the exception score() would have thrown for this request alone.
@@ -101,8 +101,10 @@ class Scorer {
  public:
   Scorer(const std::string& bundle_dir, ScorerOptions options = {});
   ScoreResult score(std::string_view request_json) const;
-  // gone(), when given, is asked between the state prefix and the rows (the one safe point where
-  // work can stop without leaving anything half-made); true -> Error(kInterrupted), no answer.
+  // gone(), when given, is asked at the safe points where work can stop without leaving anything
+  // half-made: between the state prefix and the rows, and inside a long state's prefill before
+  // each step of kPrefillStepTokens (model.h) and each saved point; true -> Error(kInterrupted),
+  // no answer (saved points computed before it stay cached).
   ScoreResult score(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
   // Scores jobs together, outcomes in job order: each request is encoded and gets its state
   // prefix (cached, else computed, one request after the other) and its gone() check, then the
@@ -131,8 +133,9 @@ class Scorer {
 
  private:
   struct Pending;  // one request between its stages (scorer.cpp)
-  std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids,
-                                                  size_t* reused) const;
+  // `gone` is asked at the prefill's safe points (model.h extend; between the saved points).
+  std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids, size_t* reused,
+                                                  const std::function<bool()>& gone) const;
   // usage.output_tokens as upstream counts it: tokens of json.dumps(answers) (no special tokens
   // added; added tokens in the text are matched, as the HF tokenizer does).
   size_t output_tokens(const OrderedJson& answers) const;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kev/core/error.h"
 #include "kev/model/model.h"
 #include "synth_model_test.h"
 
@@ -131,6 +132,35 @@ TEST_F(Continue, BytesHeldCountsEveryBuffer) {
   EXPECT_LT(bytes_held(s20), fixed + 20 * per_token + 2 * overhead);
   EXPECT_GE(bytes_held(one20), fixed + 20 * per_token);
   EXPECT_LT(bytes_held(one20), fixed + 20 * per_token + overhead);
+}
+
+// A long prefill asks `stop` before every step after the first (model.h): never for a prefix of
+// one step, once per later step while it says go on, and the first true ends the call with
+// kInterrupted after exactly that many steps.
+TEST_F(Continue, ExtendAsksStopBetweenPrefillSteps) {
+  Model& m = *model_;
+  const auto step = static_cast<size_t>(kPrefillStepTokens);
+  int asked = 0;
+  auto count = [&] {
+    ++asked;
+    return false;
+  };
+  m.extend(m.empty_state(), ids(step, 5), {}, nullptr, count);
+  EXPECT_EQ(asked, 0);
+  const std::vector<int32_t> long_ids = ids(2 * step + 3, 6);
+  const PrefixState whole = m.extend(m.empty_state(), long_ids, {}, nullptr, count);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(whole.length, static_cast<int64_t>(long_ids.size()));
+  asked = 0;
+  auto stop_second = [&] { return ++asked == 2; };
+  try {
+    m.extend(m.empty_state(), long_ids, {}, nullptr, stop_second);
+    ADD_FAILURE() << "extend did not stop";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInterrupted);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(2 * step)), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(asked, 2);
 }
 
 }  // namespace

@@ -90,6 +90,46 @@ TEST_F(RunRows, PrefixThenRowEqualsOneSequence) {
             0);
 }
 
+// The last layer computes only what is read (layers.h): a row's readout (any order, repeats
+// allowed) gives bitwise the hidden states at those indices of the same row read whole, beside
+// rows read whole in the same pass, in every precision; and a prefill that reads nothing
+// (extend without hidden) leaves bitwise the state of one that reads every row.
+TEST_F(RunRows, ReadoutRowsEqualTheSameRowsReadWhole) {
+  Model& m = *model_;
+  const size_t h = static_cast<size_t>(m.config().hidden);
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
+    m.set_options({.gdn = GdnMode::kRecurrent, .threads = 2, .precision = p});
+    std::vector<float> ignored;
+    const PrefixState read_none = m.extend(m.empty_state(), ids(29, 21));
+    const PrefixState read_all = m.extend(m.empty_state(), ids(29, 21), {}, &ignored);
+    std::vector<RowRequest> rows(4);
+    for (size_t r = 0; r < rows.size(); ++r)
+      rows[r].ids = ids(9 + 4 * r, 30 + static_cast<unsigned>(r));
+    rows[0].readout = {static_cast<int64_t>(rows[0].ids.size()) - 1};
+    rows[1].readout = {5, 0, 5, 2};
+    rows[3].readout = {3};  // rows[2] is read whole
+    const std::vector<RowResult> trimmed = m.run_rows(read_none, rows);
+    std::vector<RowRequest> whole = rows;
+    for (RowRequest& r : whole) r.readout.clear();
+    const std::vector<RowResult> full = m.run_rows(read_all, whole);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::vector<int64_t> want_rows = rows[r].readout;
+      if (want_rows.empty())
+        for (size_t i = 0; i < rows[r].ids.size(); ++i)
+          want_rows.push_back(static_cast<int64_t>(i));
+      std::vector<float> want;
+      for (int64_t i : want_rows)
+        want.insert(want.end(), full[r].hidden.begin() + i * static_cast<int64_t>(h),
+                    full[r].hidden.begin() + (i + 1) * static_cast<int64_t>(h));
+      ASSERT_EQ(trimmed[r].rows, static_cast<int64_t>(want_rows.size()));
+      ASSERT_EQ(trimmed[r].hidden.size(), want.size());
+      EXPECT_EQ(std::memcmp(trimmed[r].hidden.data(), want.data(), want.size() * sizeof(float)), 0)
+          << "row " << r << ", " << precision_name(p);
+    }
+  }
+  m.set_options({});
+}
+
 TEST_F(RunRows, RefusesMismatchedPrefixes) {
   Model& m = *model_;
   RowRequest row;
