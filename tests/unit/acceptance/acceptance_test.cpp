@@ -171,21 +171,21 @@ TEST(Labels, LabelledRequests) {
       R"({"state": "s", "questions": {"c": {"type": "choice", "instructions": "i", "criteria": )"
       R"({"a": null, "b": null}}, "n": {"type": "noul", "instructions": "j"}}, "labels": )";
   const auto ok = parse_labels_text(
-      request + R"({"c": "b", "n": "yes"})" + "\n" + request + R"({"c": null})", "x.jsonl");
+      request + R"({"c": "b", "n": "yes"}})" + "\n" + request + R"({"c": null}})", "x.jsonl");
   ASSERT_EQ(ok.size(), 2u);
   EXPECT_EQ(ok[0].labels, (std::vector<std::optional<size_t>>{1, 1}));
   EXPECT_EQ(ok[1].labels, (std::vector<std::optional<size_t>>{std::nullopt, std::nullopt}));
   EXPECT_EQ(ok[1].line, 2u);
   EXPECT_NE(refusal([&] {
-              parse_labels_text(request + R"({"z": "a"})", "x.jsonl");
+              parse_labels_text(request + R"({"z": "a"}})", "x.jsonl");
             }).find("x.jsonl line 1: labels.z: no such question"),
             std::string::npos);
   EXPECT_NE(refusal([&] {
-              parse_labels_text(request + R"({"c": "q"})", "x.jsonl");
+              parse_labels_text(request + R"({"c": "q"}})", "x.jsonl");
             }).find("labels.c: \"q\" is not one of the question's options"),
             std::string::npos);
   EXPECT_NE(refusal([&] {
-              parse_labels_text(request + R"({"n": 3})", "x.jsonl");
+              parse_labels_text(request + R"({"n": 3}})", "x.jsonl");
             }).find("labels.n: a noul label is"),
             std::string::npos);
 }
