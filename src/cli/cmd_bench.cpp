@@ -148,7 +148,8 @@ Url parse_url(const std::string& url) {
          "bench the plain-HTTP address",
          url);
   if (url.rfind(scheme, 0) != 0)
-    fail(ErrorKind::kBadInput, "--url must look like http://HOST:PORT[/path], not \"{}\"", url);
+    fail(ErrorKind::kBadInput, "--url {}: must look like http://HOST:PORT[/path], PORT 1..65535",
+         url);
   std::string rest = url.substr(scheme.size());
   Url u;
   const size_t slash = rest.find('/');
@@ -157,8 +158,12 @@ Url parse_url(const std::string& url) {
   const size_t colon = rest.rfind(':');
   u.host = colon == std::string::npos ? rest : rest.substr(0, colon);
   u.port = colon == std::string::npos ? "80" : rest.substr(colon + 1);
-  if (u.host.empty() || u.port.empty())
-    fail(ErrorKind::kBadInput, "--url must look like http://HOST:PORT[/path], not \"{}\"", url);
+  const bool port_ok = !u.port.empty() && u.port.size() <= 5 &&
+                       u.port.find_first_not_of("0123456789") == std::string::npos &&
+                       std::stoi(u.port) >= 1 && std::stoi(u.port) <= 65535;
+  if (u.host.empty() || !port_ok)
+    fail(ErrorKind::kBadInput, "--url {}: must look like http://HOST:PORT[/path], PORT 1..65535",
+         url);
   if (u.path.empty() || u.path == "/") u.path = "/v1/systemone";
   return u;
 }

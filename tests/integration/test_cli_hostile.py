@@ -251,6 +251,8 @@ def test_bench_warmup_and_concurrency_cannot_wrap(env):
     assert_refused("bench", [r, "--url", "http://127.0.0.1:9", "--warmup", "-1"], mentions="--warmup -1")
     assert_refused("bench", [r, "--url", "http://127.0.0.1:9", "--concurrency", "1,-4"],
                    mentions="--concurrency -4: must be a whole number from 1 to 1024")
+    for url in ("http://127.0.0.1:abc", "http://127.0.0.1:70000", "http://:80", "ftp://x"):
+        assert_refused("bench", [r, "--url", url], mentions=f"--url {url}: must look like")
     # Counts that multiply: bounded before work starts.
     big = env["dir"] / "big.jsonl"
     big.write_text(open(r).readline() * 1001)
