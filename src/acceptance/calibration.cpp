@@ -113,6 +113,15 @@ TemperatureFit fit_temperature(std::span<const LabelledLogits> samples, double t
   check_temperature(t_max);
   if (!(t_min < t_max)) fail(ErrorKind::kBadInput, "the temperature range is empty");
   TemperatureFit fit;
+  const bool flat = std::all_of(samples.begin(), samples.end(), [](const LabelledLogits& s) {
+    return std::all_of(s.logits.begin(), s.logits.end(),
+                       [&](double z) { return z == s.logits.front(); });
+  });
+  if (flat) {  // softmax(z / T) is uniform at every T: nothing to fit
+    fit.temperature = 1.0;
+    fit.determined = false;
+    return fit;
+  }
   double lo = 1.0 / t_max, hi = 1.0 / t_min, g = 0, h = 0;
   derivatives(samples, lo, &g, &h);
   if (g >= 0) {  // nll grows with beta everywhere: the smallest beta (largest T)

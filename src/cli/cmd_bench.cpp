@@ -26,6 +26,7 @@
 
 #include "cli/command.h"
 #include "cli/cpu_report.h"
+#include "cli/options.h"
 #include "cli/scorer_flags.h"
 #include "kev/acceptance/bench.h"
 #include "kev/core/error.h"
@@ -41,6 +42,15 @@ namespace {
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace asio = boost::asio;
+
+// Bounds checked before any request is sent (docs/acceptance.md "kev bench"): a level's
+// concurrency, the requests of one pass (warm-ups, the feasibility pass, each level), the levels
+// and the requests of the whole run.
+constexpr uint64_t kMaxConcurrency = 1024;
+constexpr uint64_t kMaxPassRequests = 1000000;
+constexpr size_t kMaxLevels = 64;
+constexpr uint64_t kMaxRunRequests = 10000000;
+constexpr uint64_t kMaxAnswerBytes = uint64_t{64} << 20;  // one answer body (--url)
 
 struct BenchOptions {
   std::string requests, url, bundle, out, svg;
@@ -138,7 +148,8 @@ Url parse_url(const std::string& url) {
          "bench the plain-HTTP address",
          url);
   if (url.rfind(scheme, 0) != 0)
-    fail(ErrorKind::kBadInput, "--url must look like http://HOST:PORT[/path], not \"{}\"", url);
+    fail(ErrorKind::kBadInput, "--url {}: must look like http://HOST:PORT[/path], PORT 1..65535",
+         url);
   std::string rest = url.substr(scheme.size());
   Url u;
   const size_t slash = rest.find('/');
@@ -147,8 +158,12 @@ Url parse_url(const std::string& url) {
   const size_t colon = rest.rfind(':');
   u.host = colon == std::string::npos ? rest : rest.substr(0, colon);
   u.port = colon == std::string::npos ? "80" : rest.substr(colon + 1);
-  if (u.host.empty() || u.port.empty())
-    fail(ErrorKind::kBadInput, "--url must look like http://HOST:PORT[/path], not \"{}\"", url);
+  const bool port_ok = !u.port.empty() && u.port.size() <= 5 &&
+                       u.port.find_first_not_of("0123456789") == std::string::npos &&
+                       std::stoi(u.port) >= 1 && std::stoi(u.port) <= 65535;
+  if (u.host.empty() || !port_ok)
+    fail(ErrorKind::kBadInput, "--url {}: must look like http://HOST:PORT[/path], PORT 1..65535",
+         url);
   if (u.path.empty() || u.path == "/") u.path = "/v1/systemone";
   return u;
 }
@@ -209,7 +224,7 @@ class HttpTarget : public Target {
         c.stream->expires_after(timeout);
         http::write(*c.stream, req);
         http::response_parser<http::string_body> parser;
-        parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+        parser.body_limit(kMaxAnswerBytes);  // a server's answer cannot grow the client unbounded
         http::read(*c.stream, c.buffer, parser);
         auto res = parser.release();
         r.outcome.status = static_cast<int>(res.result_int());
@@ -357,10 +372,31 @@ int run_bench(const BenchOptions& o) {
   if (o.url.empty() == o.bundle.empty())
     fail(ErrorKind::kBadInput, "give either --url (a running server) or --bundle (in-process)");
   if (o.concurrency.empty()) fail(ErrorKind::kBadInput, "--concurrency needs at least one level");
+  if (o.concurrency.size() > kMaxLevels)
+    fail(ErrorKind::kBadInput, "--concurrency: {} levels given, at most {} are allowed",
+         o.concurrency.size(), kMaxLevels);
   for (size_t c : o.concurrency)
-    if (c < 1 || c > 1024)
-      fail(ErrorKind::kBadInput, "--concurrency levels are 1..1024, not {}", c);
+    if (c < 1 || c > kMaxConcurrency)
+      fail(ErrorKind::kBadInput, "--concurrency levels are 1..{}, not {}", kMaxConcurrency, c);
   const std::vector<Request> requests = read_requests(o.requests);
+  // Every count of the run is known now: refuse a run beyond the bounds before sending anything.
+  uint64_t total = o.warmup + requests.size();
+  if (requests.size() > kMaxPassRequests)
+    fail(ErrorKind::kBadInput, "{}: {} requests, at most {} are allowed in one pass", o.requests,
+         requests.size(), kMaxPassRequests);
+  for (size_t c : o.concurrency) {
+    const uint64_t n = std::max<uint64_t>(uint64_t{requests.size()} * o.rounds, 2 * uint64_t{c});
+    if (n > kMaxPassRequests)
+      fail(ErrorKind::kBadInput,
+           "--rounds {}: a pass of {} requests x {} rounds is {} requests, at most {} are allowed",
+           o.rounds, requests.size(), o.rounds, n, kMaxPassRequests);
+    total += n;
+  }
+  if (total > kMaxRunRequests)
+    fail(ErrorKind::kBadInput,
+         "this run would send {} requests (warm-ups, feasibility pass and {} levels), at most {} "
+         "are allowed: lower --warmup, --rounds or the --concurrency levels",
+         total, o.concurrency.size(), kMaxRunRequests);
   std::unique_ptr<std::ofstream> out;
   if (!o.out.empty()) {
     out = std::make_unique<std::ofstream>(o.out, std::ios::binary | std::ios::trunc);
@@ -476,24 +512,31 @@ const bool registered = register_command(
       app.add_option("requests", o->requests,
                      "JSON Lines of /v1/systemone requests (\"id\" and "
                      "\"labels\" fields are kept out of the request)")
+          ->check(path())
           ->required();
       app.add_option("--url", o->url,
                      "server to measure: http://HOST:PORT (POSTs to /v1/systemone) or a full "
-                     "endpoint URL");
-      app.add_option("--bundle", o->bundle, "export bundle to measure in-process instead");
+                     "endpoint URL")
+          ->check(text());
+      app.add_option("--bundle", o->bundle, "export bundle to measure in-process instead")
+          ->check(path());
       app.add_option("--concurrency", o->concurrency, "concurrency levels of the measured passes")
           ->delimiter(',')
+          ->check(whole(1, kMaxConcurrency))
           ->capture_default_str();
       app.add_option("--warmup", o->warmup, "warm-up requests before the feasibility pass")
+          ->check(whole(0, kMaxPassRequests))
           ->capture_default_str();
       app.add_option("--rounds", o->rounds, "passes over the file per concurrency level")
-          ->check(CLI::Range(1, 1000))
+          ->check(whole(1, 1000))
           ->capture_default_str();
       app.add_option("--timeout", o->timeout_s, "seconds to wait for one answer (--url)")
-          ->check(CLI::PositiveNumber)
+          ->check(number(0, Bound::kOpen, 86400, Bound::kClosed))
           ->capture_default_str();
-      app.add_option("--out", o->out, "results file: metadata, every response, the summary");
-      app.add_option("--svg", o->svg, "latency distribution per level as an SVG plot");
+      app.add_option("--out", o->out, "results file: metadata, every response, the summary")
+          ->check(path());
+      app.add_option("--svg", o->svg, "latency distribution per level as an SVG plot")
+          ->check(path());
       add_scorer_flags(app, o->scorer);
       CLI::Option* temperature = app.get_option_no_throw("--temperature");
       CLI::Option* quiet_here = app.get_option_no_throw("--quiet");

@@ -8,13 +8,14 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/scorer_flags.h"
 #include "kev/acceptance/calibration.h"
+#include "kev/acceptance/labels.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/serve/scorer.h"
 #include "kev/text/api.h"
-#include "kev/text/json_lines.h"
 
 namespace kev::cli {
 namespace {
@@ -27,87 +28,36 @@ struct CalibrateOptions {
   ScorerOptions scorer;
 };
 
-constexpr JsonLimits kLimits{.max_object_keys = 4096, .max_array_elements = 4096, .max_depth = 64};
-
-// --logits: {"logits": [z...], "label": index} per line.
 std::vector<LabelledLogits> read_logits(const std::string& path) {
-  std::vector<LabelledLogits> out;
-  for_each_json_line(path, kLimits, [&](const OrderedJson& o, size_t) {
-    if (!o.is_object()) fail(ErrorKind::kBadInput, "expected {{\"logits\": [...], \"label\": i}}");
-    auto z = o.find("logits");
-    auto y = o.find("label");
-    if (z == o.end() || !z->is_array() || z->empty())
-      fail(ErrorKind::kBadInput, "\"logits\" must be a non-empty array of numbers");
-    if (y == o.end() || !y->is_number_integer() || y->get<int64_t>() < 0)
-      fail(ErrorKind::kBadInput, "\"label\" must be the index (from 0) of the correct option");
-    LabelledLogits s;
-    for (const auto& v : *z) {
-      if (!v.is_number()) fail(ErrorKind::kBadInput, "\"logits\" must hold numbers only");
-      s.logits.push_back(v.get<double>());
-    }
-    s.label = static_cast<size_t>(y->get<int64_t>());
-    if (s.label >= s.logits.size())
-      fail(ErrorKind::kBadInput, "\"label\" {} is not one of its {} options", s.label,
-           s.logits.size());
-    out.push_back(std::move(s));
-  });
-  return out;
+  return parse_logits_text(read_file(path), path);
 }
 
-// The option index a label names (docs/acceptance.md "Labels").
-size_t label_index(const ApiQuestion& q, const OrderedJson& v) {
-  const std::string where = "labels." + q.id;
-  if (q.type == QuestionType::kNoul) {
-    if (v.is_boolean()) return v.get<bool>() ? 1 : 0;
-    if (v.is_string() && (v == "yes" || v == "true")) return 1;
-    if (v.is_string() && (v == "no" || v == "false")) return 0;
-    fail(ErrorKind::kBadInput, "{}: a noul label is true/false or \"yes\"/\"no\", not {}", where,
-         v.dump());
-  }
-  if (q.type == QuestionType::kScore && v.is_number_integer()) {
-    const int64_t i = v.get<int64_t>();
-    if (i < 0 || static_cast<size_t>(i) >= q.keys.size())
-      fail(ErrorKind::kBadInput, "{}: level {} is not one of the {} levels (0..{})", where, i,
-           q.keys.size(), q.keys.size() - 1);
-    return static_cast<size_t>(i);
-  }
-  if (v.is_string())
-    for (size_t i = 0; i < q.keys.size(); ++i)
-      if (q.keys[i] == v.get<std::string>()) return i;
-  fail(ErrorKind::kBadInput, "{}: {} is not one of the question's options", where, v.dump());
-}
-
-// --bundle + --labels: each line a request with "labels": {question id: correct answer}.
+// --bundle + --labels: every line is read and checked before the bundle scores the first one.
 std::vector<LabelledLogits> score_labelled(const CalibrateOptions& o, double* bundle_t) {
+  const std::vector<LabelledRequest> labelled = parse_labels_text(read_file(o.labels), o.labels);
   Scorer scorer(o.bundle, o.scorer);
   *bundle_t = scorer.head().temperature();
   std::vector<LabelledLogits> out;
   size_t unlabelled = 0;
-  for_each_json_line(o.labels, kLimits, [&](const OrderedJson& line, size_t) {
-    if (!line.is_object()) fail(ErrorKind::kBadInput, "a labelled request must be a JSON object");
-    auto labels = line.find("labels");
-    if (labels == line.end() || !labels->is_object())
-      fail(ErrorKind::kBadInput, "\"labels\" must be an object of question id -> correct answer");
-    const ApiRequest request = request_from_json(line);
-    for (auto it = labels->begin(); it != labels->end(); ++it) {
-      const bool known = std::any_of(request.questions.begin(), request.questions.end(),
-                                     [&](const ApiQuestion& q) { return q.id == it.key(); });
-      if (!known)
-        fail(ErrorKind::kBadInput, "labels.{}: no such question in the request", it.key());
+  for (const LabelledRequest& l : labelled) {
+    ScoreResult r;
+    try {
+      r = scorer.score(l.request);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kBadInput) throw;
+      fail(ErrorKind::kBadInput, "{} line {}: {}", o.labels, l.line, e.what());
     }
-    ScoreResult r = scorer.score(request);
-    for (size_t q = 0; q < request.questions.size(); ++q) {
-      auto v = labels->find(request.questions[q].id);
-      if (v == labels->end() || v->is_null()) {
+    for (size_t q = 0; q < l.request.questions.size(); ++q) {
+      if (!l.labels[q]) {
         ++unlabelled;
         continue;
       }
       LabelledLogits s;
       s.logits.assign(r.logits[q].begin(), r.logits[q].end());
-      s.label = label_index(request.questions[q], *v);
+      s.label = *l.labels[q];
       out.push_back(std::move(s));
     }
-  });
+  }
   if (unlabelled) std::fprintf(stderr, "kev calibrate: %zu questions had no label\n", unlabelled);
   return out;
 }
@@ -141,6 +91,11 @@ int run_calibrate(const CalibrateOptions& o) {
     fail(ErrorKind::kBadInput, "give either --bundle with --labels, or --logits");
   if (!o.bundle.empty() && o.labels.empty())
     fail(ErrorKind::kBadInput, "--bundle needs --labels (labelled requests, JSON Lines)");
+  if (o.bundle.empty() && !o.labels.empty())
+    fail(ErrorKind::kBadInput, "--labels needs --bundle (to score the labelled requests)");
+  if (!(o.t_min < o.t_max))
+    fail(ErrorKind::kBadInput, "--min-temperature {} must be below --max-temperature {}", o.t_min,
+         o.t_max);
   double source_t = 1.0;
   std::vector<LabelledLogits> samples =
       o.bundle.empty() ? read_logits(o.logits) : score_labelled(o, &source_t);
@@ -169,8 +124,13 @@ int run_calibrate(const CalibrateOptions& o) {
               {"Brier", before.brier, after.brier},
               {"ECE", before.ece, after.ece}};
   for (const auto& r : rows) std::printf("%-18s %14.6f %14.6f\n", r.name, r.a, r.b);
-  std::printf("fitted temperature: %.6g (NLL minimised over T in [%g, %g]%s)\n", fit.temperature,
-              o.t_min, o.t_max, fit.at_bound ? "; AT THE BOUND: the data push T further" : "");
+  if (fit.determined)
+    std::printf("fitted temperature: %.6g (NLL minimised over T in [%g, %g]%s)\n", fit.temperature,
+                o.t_min, o.t_max, fit.at_bound ? "; AT THE BOUND: the data push T further" : "");
+  else
+    std::printf(
+        "fitted temperature: none: the NLL does not depend on T on these questions (each has "
+        "one option, or options with equal logits); 'after' is shown at T=1\n");
   std::printf("reliability (bins of the top probability):\n  %-11s %6s %8s %8s | %6s %8s %8s\n",
               "bin", "n", "conf", "acc", "n", "conf", "acc");
   for (size_t b = 0; b < before.bins.size(); ++b) {
@@ -179,14 +139,16 @@ int run_calibrate(const CalibrateOptions& o) {
                 b + 1 == before.bins.size() ? ']' : ')', x.count, x.mean_confidence, x.accuracy,
                 y.count, y.mean_confidence, y.accuracy);
   }
-  std::printf("to serve with it: KEV_TEMPERATURE=%.6g kev serve ... (or --temperature)\n",
-              fit.temperature);
+  if (fit.determined)
+    std::printf("to serve with it: KEV_TEMPERATURE=%.6g kev serve ... (or --temperature)\n",
+                fit.temperature);
   if (!o.svg.empty()) write_text(o.svg, reliability_svg(before, after));
   if (!o.json.empty())
     write_text(o.json, OrderedJson{{"samples", samples.size()},
                                    {"fit",
                                     {{"temperature", fit.temperature},
                                      {"at_bound", fit.at_bound},
+                                     {"determined", fit.determined},
                                      {"iterations", fit.iterations},
                                      {"range", {o.t_min, o.t_max}}}},
                                    {"before", metrics_json(before)},
@@ -208,27 +170,31 @@ const bool registered = register_command(
           "\"yes\"/\"no\" (noul)}. --logits takes {\"logits\": [raw pointer logits], \"label\": "
           "index} per line instead (logits computed elsewhere; --dump-logits writes this form). "
           "See docs/acceptance.md.");
-      app.add_option("--bundle", o->bundle, "export bundle to score the labelled requests with");
-      app.add_option("--labels", o->labels, "labelled requests (JSON Lines)");
-      app.add_option("--logits", o->logits, "raw logits with labels (JSON Lines), no bundle");
+      app.add_option("--bundle", o->bundle, "export bundle to score the labelled requests with")
+          ->check(path());
+      app.add_option("--labels", o->labels, "labelled requests (JSON Lines)")->check(path());
+      app.add_option("--logits", o->logits, "raw logits with labels (JSON Lines), no bundle")
+          ->check(path());
       app.add_option("--temperature", o->temperature,
                      "the 'before' temperature (default: the bundle's; 1.0 with --logits)")
-          ->check(CLI::PositiveNumber);
+          ->check(number(0, Bound::kOpen, kMaxTemperature, Bound::kClosed));
       app.add_option("--min-temperature", o->t_min, "lowest temperature the fit may choose")
-          ->check(CLI::PositiveNumber)
+          ->check(number(0, Bound::kOpen, kMaxTemperature, Bound::kClosed))
           ->capture_default_str();
       app.add_option("--max-temperature", o->t_max, "highest temperature the fit may choose")
-          ->check(CLI::PositiveNumber)
+          ->check(number(0, Bound::kOpen, kMaxTemperature, Bound::kClosed))
           ->capture_default_str();
       app.add_option("--bins", o->bins, "reliability bins (equal width over the top probability)")
-          ->check(CLI::Range(1, 1000))
+          ->check(whole(1, 1000))
           ->capture_default_str();
-      app.add_option("--svg", o->svg, "write the reliability diagram (before and after) as SVG");
-      app.add_option("--json", o->json, "write the figures and every bin as JSON");
+      app.add_option("--svg", o->svg, "write the reliability diagram (before and after) as SVG")
+          ->check(path());
+      app.add_option("--json", o->json, "write the figures and every bin as JSON")->check(path());
       app.add_option("--dump-logits", o->dump_logits,
-                     "write the labelled raw logits (the --logits form)");
-      app.add_option("--threads", o->scorer.forward.threads,
-                     "compute threads (default: all cores)");
+                     "write the labelled raw logits (the --logits form)")
+          ->check(path());
+      app.add_option("--threads", o->scorer.forward.threads, "compute threads (default: all cores)")
+          ->check(whole(0, kMaxThreads));
       add_precision_flag(app, o->scorer.forward.precision);
       return [o] { return run_calibrate(*o); };
     });

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "kev/acceptance/compare.h"
 #include "kev/core/error.h"
 #include "kev/text/api.h"
@@ -15,6 +16,8 @@ namespace kev::cli {
 namespace {
 
 constexpr int kGateFailed = 1;
+// --max-flips: beyond any file's question count (a larger value could never fail).
+constexpr uint64_t kMaxFlips = 1000000000;
 
 struct CompareOptions {
   std::string a, b, json;
@@ -132,29 +135,35 @@ int run_compare(const CompareOptions& o) {
     OrderedJson gs = OrderedJson::array();
     for (const Gate& g : gates)
       gs.push_back({{"gate", g.name}, {"limit", g.limit}, {"value", g.value}, {"pass", g.pass}});
-    OrderedJson report = {{"a", fa.name},
-                          {"b", fb.name},
-                          {"matched_by", r.by_id ? "id" : "line"},
-                          {"records", r.records},
-                          {"compared", r.compared},
-                          {"errors_both", r.errors_both},
-                          {"one_sided", r.one_sided},
-                          {"summary",
-                           {{"questions", r.questions.size()},
-                            {"max_dp",
-                             {{"p50", percentile(dp, 50)},
-                              {"p90", percentile(dp, 90)},
-                              {"p99", percentile(dp, 99)},
-                              {"max", max_dp},
-                              {"mean", mean(dp)}}},
-                            {"flips", flips},
-                            {"confidence_drift_max",
-                             conf.empty() ? OrderedJson() : OrderedJson(percentile(conf, 100))},
-                            {"score_drift_max",
-                             score.empty() ? OrderedJson() : OrderedJson(percentile(score, 100))}}},
-                          {"questions", std::move(qs)},
-                          {"gates", std::move(gs)},
-                          {"pass", pass}};
+    OrderedJson report = {
+        {"a", fa.name},
+        {"b", fb.name},
+        {"matched_by", r.by_id ? "id" : "line"},
+        {"records", r.records},
+        {"compared", r.compared},
+        {"errors_both", r.errors_both},
+        {"one_sided", r.one_sided},
+        {"summary",
+         {{"questions", r.questions.size()},
+          {"max_dp",
+           {{"p50", percentile(dp, 50)},
+            {"p90", percentile(dp, 90)},
+            {"p99", percentile(dp, 99)},
+            {"max", max_dp},
+            {"mean", mean(dp)}}},
+          {"flips", flips},
+          {"largest_flip_margin", worst_flip_margin},
+          {"confidence_drift_questions", conf.size()},
+          {"confidence_drift_mean", conf.empty() ? OrderedJson() : OrderedJson(mean(conf))},
+          {"confidence_drift_max",
+           conf.empty() ? OrderedJson() : OrderedJson(percentile(conf, 100))},
+          {"score_drift_questions", score.size()},
+          {"score_drift_mean", score.empty() ? OrderedJson() : OrderedJson(mean(score))},
+          {"score_drift_max",
+           score.empty() ? OrderedJson() : OrderedJson(percentile(score, 100))}}},
+        {"questions", std::move(qs)},
+        {"gates", std::move(gs)},
+        {"pass", pass}};
     std::ofstream out(o.json, std::ios::binary | std::ios::trunc);
     out << report.dump(1) << "\n";
     out.close();
@@ -174,19 +183,25 @@ const bool registered = register_command(
           "record has one, else line by line. Exit status: 0 every gate passed (or none given), "
           "1 a gate failed, 2 malformed or mismatched files, 4 a file could not be read. See "
           "docs/acceptance.md.");
-      app.add_option("A", o->a, "reference result file")->required();
-      app.add_option("B", o->b, "candidate result file")->required();
-      app.add_option("--max-probability-drift", o->max_drift,
-                     "gate: fail (exit 1) if any option's |p_B - p_A| exceeds this")
-          ->check(CLI::NonNegativeNumber);
+      app.add_option("A", o->a, "reference result file")->check(path())->required();
+      app.add_option("B", o->b, "candidate result file")->check(path())->required();
+      app.add_option(
+             "--max-probability-drift", o->max_drift,
+             "gate: fail (exit 1) if any option's |p_B - p_A| exceeds this (below 1: a drift "
+             "is at most 1, so 1 could never fail)")
+          ->check(number(0, Bound::kClosed, 1, Bound::kOpen));
       app.add_option("--max-flips", o->max_flips,
-                     "gate: fail (exit 1) if more than this many questions change their argmax");
+                     "gate: fail (exit 1) if more than this many questions change their argmax")
+          ->check(whole(0, kMaxFlips));
       app.add_option("--max-flips-above-margin", o->flip_margin,
                      "gate: fail (exit 1) if any question whose reference top-two margin is at "
-                     "least this changes its argmax (README: 0.02)")
-          ->check(CLI::NonNegativeNumber);
-      app.add_option("--worst", o->worst, "worst questions to list")->capture_default_str();
-      app.add_option("--json", o->json, "also write the full report (every question) as JSON");
+                     "least this changes its argmax (README: 0.02; a margin is at most 1)")
+          ->check(number(0, Bound::kClosed, 1, Bound::kClosed));
+      app.add_option("--worst", o->worst, "worst questions to list")
+          ->check(whole(0, 1000000))
+          ->capture_default_str();
+      app.add_option("--json", o->json, "also write the full report (every question) as JSON")
+          ->check(path());
       return [o] { return run_compare(*o); };
     });
 

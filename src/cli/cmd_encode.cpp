@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "kev/text/api.h"
 #include "kev/text/encoding.h"
 #include "kev/text/tokenizer.h"
@@ -24,7 +25,7 @@ struct EncodeOptions {
 
 int run_encode(const EncodeOptions& o) {
   // The request is checked before the (larger) tokenizer is loaded: refusals stay cheap.
-  std::string body((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  const std::string body = read_stdin();
   ApiRequest req = parse_request(body);
   Tokenizer tok = Tokenizer::from_file(o.tokenizer);
   Delimiters delims = Delimiters::from(tok);
@@ -72,11 +73,11 @@ int run_encode(const EncodeOptions& o) {
 const bool registered = register_command(
     "encode", "encode an API request (stdin) into Kev token rows (JSON out)", [](CLI::App& app) {
       auto o = std::make_shared<EncodeOptions>();
-      app.add_option("--tokenizer", o->tokenizer, "tokenizer.json")->required();
+      app.add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(path())->required();
       app.add_option("--max-state", o->max_state, "state token limit, <state> included")
-          ->check(CLI::PositiveNumber);
+          ->check(whole(1, kMaxTokens));
       app.add_option("--max-row", o->max_row, "row token limit (state + one question's branch)")
-          ->check(CLI::PositiveNumber);
+          ->check(whole(1, kMaxTokens));
       app.add_flag("--truncate", o->truncate,
                    "cut an over-long state to max-state tokens instead of refusing it");
       return [o] { return run_encode(*o); };

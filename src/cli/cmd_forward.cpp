@@ -11,9 +11,11 @@
 #include <filesystem>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/scorer_flags.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
+#include "kev/core/json_strict.h"
 #include "kev/formats/safetensors.h"
 #include "kev/model/model.h"
 
@@ -49,12 +51,9 @@ std::vector<int32_t> id_list(const nlohmann::json& j, const std::string& what) {
 }
 
 int run_forward(const Options& o) {
-  nlohmann::json in;
-  try {
-    in = nlohmann::json::parse(read_file(o.input));
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::kBadInput, "{}: not valid JSON ({})", o.input, e.what());
-  }
+  // The strict reader: where and why a file is not JSON, in printable ASCII; duplicate keys
+  // refused.
+  const nlohmann::json in = parse_json_strict(read_file(o.input), o.input);
   if (!in.is_object() || !in.contains("rows") || !in["rows"].is_array())
     fail(ErrorKind::kBadInput, "{}: expected an object with an array 'rows'", o.input);
   std::vector<int32_t> prefix;
@@ -112,14 +111,19 @@ const bool registered =
     register_command("forward", "backbone hidden states for token rows", [](CLI::App& app) {
       auto o = std::make_shared<Options>();
       app.add_option("--bundle", o->bundle, "model directory (export bundle or base checkpoint)")
+          ->check(path())
           ->required();
-      app.add_option("--input", o->input, "JSON {prefix?, rows: [{ids, positions?}]}")->required();
+      app.add_option("--input", o->input, "JSON {prefix?, rows: [{ids, positions?}]}")
+          ->check(path())
+          ->required();
       app.add_option("--output", o->output, "output safetensors (row.<i> F32 [len, hidden])")
+          ->check(path())
           ->required();
       app.add_flag("--with-prefix", o->with_prefix, "also write `prefix` hidden states");
       app.add_option("--gdn", o->gdn, "GDN form: recurrent (exact, default) or chunked")
-          ->check(CLI::IsMember({"recurrent", "chunked"}));
-      app.add_option("--threads", o->threads, "worker threads (default: all cores)");
+          ->check(one_of({"recurrent", "chunked"}));
+      app.add_option("--threads", o->threads, "worker threads (default: all cores)")
+          ->check(whole(0, kMaxThreads));
       add_precision_flag(app, o->precision);
       return [o] { return run_forward(*o); };
     });

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "kev/core/error.h"
+#include "kev/core/json_strict.h"
 #include "kev/head/pointer_head.h"
 
 namespace kev::cli {
@@ -66,13 +68,8 @@ int run_head(const HeadOptions& opts) {
   PointerHead head = PointerHead::load_bundle(opts.bundle);
   const size_t d = head.hidden();
 
-  std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-  nlohmann::json request;
-  try {
-    request = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::kBadInput, "stdin is not valid JSON: {}", e.what());
-  }
+  const std::string text = read_stdin();
+  const nlohmann::json request = parse_json_strict(text, "stdin");
   if (!request.is_object() || !request.contains("questions") || !request["questions"].is_array())
     fail(ErrorKind::kBadInput, "stdin must be a JSON object with a \"questions\" array");
   const auto& questions = request["questions"];
@@ -133,8 +130,10 @@ const bool registered = register_command(
       app.add_option("--bundle", opts->bundle,
                      "export bundle directory (head.safetensors, "
                      "kev_export.json)")
+          ->check(path())
           ->required();
-      app.add_option("--isa", opts->isa, "kernel variant: auto, portable, avx2, avx512");
+      app.add_option("--isa", opts->isa, "kernel variant: auto, portable, avx2, avx512")
+          ->check(one_of({"auto", "portable", "avx2", "avx512"}));
       return [opts] { return run_head(*opts); };
     });
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/scorer_flags.h"
 #include "cli/upstream_env.h"
 #include "kev/core/error.h"
@@ -31,7 +32,7 @@ OrderedJson error_object(const Error& e) {
 int run_score(const ScoreOptions& o) {
   Scorer scorer(o.bundle, o.scorer);
   if (!o.jsonl) {
-    std::string body(std::istreambuf_iterator<char>(std::cin), {});
+    const std::string body = read_stdin();
     auto decoded = decode_request(body, o.decode);
     if (auto* refused = std::get_if<Refusal>(&decoded)) throw Error(refused->kind, refused->detail);
     std::cout << scorer.score(std::get<ApiRequest>(decoded)).response.dump() << "\n";
@@ -41,7 +42,7 @@ int run_score(const ScoreOptions& o) {
   // object and the stream goes on. Exit 0 only if every line was answered.
   int status = 0;
   std::string line;
-  while (std::getline(std::cin, line)) {
+  for (size_t number = 1; read_stdin_line(line, number); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto decoded = decode_request(line, o.decode);
     if (auto* refused = std::get_if<Refusal>(&decoded)) {
@@ -67,19 +68,21 @@ const bool registered = register_command(
     "score", "score API-shaped requests (JSON, or JSON Lines with --jsonl) from a bundle",
     [](CLI::App& app) {
       auto o = std::make_shared<ScoreOptions>();
-      app.add_option("--bundle", o->bundle, "export bundle directory")->required();
+      app.add_option("--bundle", o->bundle, "export bundle directory")->check(path())->required();
       app.add_flag("--jsonl", o->jsonl, "stdin is a JSON Lines stream of requests");
       CLI::Option* date_facts =
           app.add_flag("--date-facts", o->decode.date_facts,
                        "add day counts between the state's absolute dates before scoring "
                        "(upstream; also KEV_DATE_FACTS=1), as kev serve --date-facts");
       app.add_option("--max-json-keys", o->decode.json.max_object_keys,
-                     "most keys in any one JSON object of a request, else 422 (default 16384)");
+                     "most keys in any one JSON object of a request, else 422 (default 16384)")
+          ->check(whole(1, kMaxJsonCount));
       app.add_option("--max-json-elements", o->decode.json.max_array_elements,
-                     "most elements in any one JSON array of a request, else 422 (default 16384)");
+                     "most elements in any one JSON array of a request, else 422 (default 16384)")
+          ->check(whole(1, kMaxJsonCount));
       app.add_option("--max-json-depth", o->decode.json.max_depth,
                      "deepest JSON nesting in a request, else 422 (default 64)")
-          ->check(CLI::Range(1, kMaxJsonDepthLimit));
+          ->check(whole(1, kMaxJsonDepthLimit));
       add_scorer_flags(app, o->scorer);
       const EnvFlags flags = env_flags(app, date_facts);
       CLI::Option* temperature = app.get_option_no_throw("--temperature");

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/scorer_flags.h"
 #include "cli/upstream_env.h"
 #include "kev/core/error.h"
@@ -133,61 +134,75 @@ const bool registered = register_command(
     "a bundle",
     [](CLI::App& app) {
       auto o = std::make_shared<ServeCliOptions>();
-      app.add_option("--bundle", o->bundle, "export bundle directory")->required();
-      app.add_option("--host", o->serve.host, "address to listen on (default 127.0.0.1)");
-      app.add_option("--port", o->serve.port, "TCP port (default 8000; 0 picks a free port)");
+      app.add_option("--bundle", o->bundle, "export bundle directory")->check(path())->required();
+      app.add_option("--host", o->serve.host, "address to listen on (default 127.0.0.1)")
+          ->check(text());
+      app.add_option("--port", o->serve.port, "TCP port (default 8000; 0 picks a free port)")
+          ->check(whole(0, 65535));
       app.add_option("--max-inflight", o->serve.max_inflight,
                      "requests scoring at once (default 1: one request already uses all cores)")
-          ->check(CLI::PositiveNumber);
+          ->check(whole(1, 256));
       app.add_option("--max-batch", o->serve.max_batch,
                      "requests a free worker takes from the queue and scores in one model pass, "
                      "their question rows batched together (default 8; 1: one request at a time)")
-          ->check(CLI::Range(1, 1024));
+          ->check(whole(1, 1024));
       app.add_option("--max-queue", o->serve.max_queue,
-                     "requests waiting for a scoring slot before 503 (default 16)");
+                     "requests waiting for a scoring slot before 503 (default 16)")
+          ->check(whole(0, 65536));
       app.add_option("--max-body", o->serve.max_body,
                      "largest request body in bytes, else 413 (default 4 MiB)")
-          ->check(CLI::PositiveNumber);
+          ->check(whole(1, uint64_t{1} << 30));
       app.add_option("--max-body-total", o->serve.max_body_total,
                      "request bodies held in memory at once (being read, queued or scoring), "
-                     "else 503 (default 256 MiB)");
+                     "else 503 (default 256 MiB)")
+          ->check(whole(1, uint64_t{1} << 40));
       app.add_option("--memory-budget", o->serve.memory_budget,
                      "bytes the requests being scored may hold together (keys/values, states, "
                      "scratch); a batch waits for room, a request that alone needs more is 413 "
-                     "(default 0: half the machine's memory less --cache-bytes)");
+                     "(default 0: half the machine's memory less --cache-bytes)")
+          ->check(whole(0, uint64_t{1} << 50));
       app.add_option("--queue-timeout", o->serve.queue_timeout_s,
-                     "longest wait in seconds for a scoring slot, then 503 (default 30)");
+                     "longest wait in seconds for a scoring slot, then 503 (default 30)")
+          ->check(number(0, Bound::kOpen, 86400, Bound::kClosed));
       app.add_option("--max-connections", o->serve.max_connections,
                      "open connections; beyond, an idle one is closed or the new one gets 503 "
                      "(default 1024)")
-          ->check(CLI::PositiveNumber);
+          ->check(whole(1, 1 << 20));
       app.add_option("--max-header-bytes", o->serve.max_header_bytes,
-                     "largest request header section, else 431 (default 16384)");
+                     "largest request header section, else 431 (default 16384)")
+          ->check(whole(1, 1 << 20));
       app.add_option("--max-headers", o->serve.max_headers,
-                     "most header fields in a request, else 431 (default 100)");
+                     "most header fields in a request, else 431 (default 100)")
+          ->check(whole(1, 10000));
       app.add_option("--request-timeout", o->serve.request_timeout_s,
                      "seconds to receive a whole request (headers and body) or send a response "
-                     "(default 10)");
+                     "(default 10)")
+          ->check(number(0, Bound::kOpen, 86400, Bound::kClosed));
       app.add_option("--idle-timeout", o->serve.idle_timeout_s,
-                     "seconds a keep-alive connection may wait for its next request (default 5)");
+                     "seconds a keep-alive connection may wait for its next request (default 5)")
+          ->check(number(0, Bound::kOpen, 86400, Bound::kClosed));
       app.add_option("--max-json-keys", o->serve.json.max_object_keys,
-                     "most keys in any one JSON object of a request, else 422 (default 16384)");
+                     "most keys in any one JSON object of a request, else 422 (default 16384)")
+          ->check(whole(1, kMaxJsonCount));
       app.add_option("--max-json-elements", o->serve.json.max_array_elements,
-                     "most elements in any one JSON array of a request, else 422 (default 16384)");
+                     "most elements in any one JSON array of a request, else 422 (default 16384)")
+          ->check(whole(1, kMaxJsonCount));
       app.add_option("--max-json-depth", o->serve.json.max_depth,
                      "deepest JSON nesting in a request, else 422 (default 64)")
-          ->check(CLI::Range(1, kMaxJsonDepthLimit));
+          ->check(whole(1, kMaxJsonDepthLimit));
       app.add_option(
              "--log-format", o->log_format,
              "request log on stderr: text (one \"kev serve: METHOD PATH STATUS N ms\" line, "
              "the default) or json (one JSON object a line with request id, tokens, queue "
              "wait; docs/serving.md)")
-          ->check(CLI::IsMember({"text", "json"}));
+          ->check(one_of({"text", "json"}));
       app.add_option("--drain-delay", o->drain_delay_s,
-                     "after SIGTERM, seconds to keep serving while not ready (default 0)");
+                     "after SIGTERM, seconds to keep serving while not ready (default 0)")
+          ->check(number(0, Bound::kClosed, 3600, Bound::kClosed));
       app.add_option("--api-key-file", o->api_key_file,
                      "require \"Authorization: Bearer <key>\" on /v1 paths, the key read from "
-                     "this file (else KEV_API_KEY_FILE, else KEV_API_KEY; none: open server)");
+                     "this file (else KEV_API_KEY_FILE, else KEV_API_KEY; none: open server)")
+          ->check(path());
       CLI::Option* date_facts =
           app.add_flag("--date-facts", o->serve.date_facts,
                        "add day counts between the state's absolute dates before scoring "

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "kev/synth/synth.h"
 
 namespace {
@@ -75,6 +76,8 @@ const bool registered = kev::cli::register_command(
       app.add_option("--tokenizer", o->tokenizer,
                      "tokenizer.json to copy (default: a built-in byte-level BPE)");
       app.add_option("--temperature", o->temperature, "calibration temperature in head.pt")
+          ->check(kev::cli::number(0, kev::cli::Bound::kOpen, kev::cli::kMaxTemperature,
+                                   kev::cli::Bound::kClosed))
           ->capture_default_str();
       app.add_option("--hidden", o->hidden, "hidden size");
       app.add_option("--intermediate", o->intermediate, "MLP intermediate size");

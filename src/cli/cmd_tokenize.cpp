@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "kev/core/error.h"
 #include "kev/text/tokenizer.h"
 
@@ -36,7 +37,7 @@ int run_tokenize(const TokenizeOptions& o) {
   Tokenizer tok = Tokenizer::from_file(o.tokenizer);
   std::ios::sync_with_stdio(false);
   if (o.decode) {
-    std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    const std::string input = read_stdin();
     auto j = nlohmann::json::parse(input, nullptr, false);
     if (j.is_discarded() || !j.is_array()) {
       fail(ErrorKind::kBadInput, "stdin must be a JSON array of token ids");
@@ -44,6 +45,11 @@ int run_tokenize(const TokenizeOptions& o) {
     std::vector<int32_t> ids;
     for (const auto& v : j) {
       if (!v.is_number_integer()) fail(ErrorKind::kBadInput, "token ids must be integers");
+      // Range-checked before narrowing: 4294967297 must not decode as token 1.
+      const bool fits = v.is_number_unsigned()
+                            ? v.get<uint64_t>() <= INT32_MAX
+                            : v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX;
+      if (!fits) fail(ErrorKind::kBadInput, "token id {} is not in the tokenizer", v.dump());
       ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
     }
     std::cout << nlohmann::json{{"text", tok.decode(ids)}}.dump() << "\n";
@@ -52,7 +58,7 @@ int run_tokenize(const TokenizeOptions& o) {
   if (o.jsonl) {
     std::string line;
     size_t n = 0;
-    while (std::getline(std::cin, line)) {
+    while (read_stdin_line(line, n + 1)) {
       ++n;
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_string()) {
@@ -62,7 +68,7 @@ int run_tokenize(const TokenizeOptions& o) {
     }
     return 0;
   }
-  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  const std::string text = read_stdin();
   std::cout << "{\"ids\":" << ids_json(tok.encode(text, o.special)) << "}\n";
   return 0;
 }
@@ -70,7 +76,7 @@ int run_tokenize(const TokenizeOptions& o) {
 const bool registered = register_command(
     "tokenize", "tokenize text from stdin with a tokenizer.json (JSON ids out)", [](CLI::App& app) {
       auto o = std::make_shared<TokenizeOptions>();
-      app.add_option("--tokenizer", o->tokenizer, "tokenizer.json")->required();
+      app.add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(path())->required();
       app.add_flag("--special", o->special,
                    "match added/special tokens written in the text (default: plain text)");
       app.add_flag("--jsonl", o->jsonl, "one JSON string per stdin line, one id array per line");

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "kev/export/bundle.h"
 
 namespace {
@@ -11,7 +12,7 @@ namespace {
 const bool registered = kev::cli::register_command(
     "verify", "re-hash an export bundle against its manifest", [](CLI::App& app) {
       auto dir = std::make_shared<std::string>();
-      app.add_option("dir", *dir, "bundle directory")->required();
+      app.add_option("dir", *dir, "bundle directory")->check(kev::cli::path())->required();
       return [dir] {
         size_t n = kev::verify_bundle(*dir);
         std::printf("%s: OK (%zu files match kev_export.json)\n", dir->c_str(), n);

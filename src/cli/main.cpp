@@ -5,6 +5,7 @@
 #include <map>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/interrupt.h"
@@ -41,10 +42,11 @@ int main(int argc, char** argv) {
     sub->add_flag("--quiet,-q", quiet, "no progress output on stderr");
     runners[sub] = entry.setup(*sub);
   }
+  cli::check_every_option(app);  // an option registered without a check still gets one
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return cli::refuse_parse_error(app, e);  // one sentence, exit 2 (0 for --help, --version)
   }
   Progress::set_quiet(quiet);
   install_interrupt_handlers();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cli/options.h"
 #include "kev/core/error.h"
 
 #include "kev/serve/scorer.h"
@@ -20,7 +21,7 @@ inline CLI::Option* add_precision_flag(CLI::App& app, Precision& p) {
           "--precision", [&p](const std::string& name) { p = parse_precision(name); },
           "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within the "
           "parity budget of docs/performance.md)")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
+      ->check(one_of({"fp32", "bf16", "int8"}))
       ->default_str("fp32");
 }
 
@@ -31,15 +32,7 @@ inline CLI::Option* add_temperature_flag(CLI::App& app, double& t) {
       .add_option("--temperature", t,
                   "calibration temperature instead of the bundle's (1.0: raw probabilities; "
                   "default: the bundle's; also KEV_TEMPERATURE)")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            char* end = nullptr;
-            const double x = std::strtod(s.c_str(), &end);
-            if (end == s.c_str() || *end != '\0' || !std::isfinite(x) || !(x > 0))
-              return "must be a finite number > 0, not \"" + s + "\"";
-            return "";
-          },
-          "T > 0"));
+      ->check(number(0, Bound::kOpen, kMaxTemperature, Bound::kClosed));
 }
 
 // KEV_TEMPERATURE when --temperature (`flag`) was not given (unset or empty: the bundle's). Call
@@ -59,44 +52,51 @@ inline void apply_temperature_env(const CLI::Option* flag, double& t) {
 inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
   app.add_option("--max-state", o.limits.max_state,
                  "max state tokens, <state> included (Kev 1.0's 65,536)")
-      ->check(CLI::PositiveNumber)
+      ->check(whole(1, kMaxTokens))
       ->capture_default_str();
   app.add_option("--max-row", o.limits.max_row,
                  "max tokens of state + one question (Kev 1.0's 73,728)")
-      ->check(CLI::PositiveNumber)
+      ->check(whole(1, kMaxTokens))
       ->capture_default_str();
   app.add_option("--max-input-tokens", o.max_input_tokens,
                  "max packed tokens of one request, state + every question (0: no cap, as Kev "
                  "1.0)")
+      ->check(whole(0, kMaxTokens * 64))
       ->capture_default_str();
   app.add_flag("--usage-details", o.usage_details,
                "add kev's usage fields (state_tokens, cached_tokens, input_tokens_details) to "
                "every response (also KEV_USAGE_DETAILS=1)");
   app.add_flag("--truncate", o.limits.truncate, "truncate an over-long state instead of refusing");
-  app.add_option("--decimals", o.decimals, "round answers to N decimals (negative: exact)")
+  app.add_option("--decimals", o.decimals, "round answers to N decimals (-1: exact)")
+      ->check(integer(-1, 17))
       ->capture_default_str();
   app.add_option("--cache-entries", o.cache_entries,
                  "saved points of states kept (ends of states and checkpoints; 0: no cache)")
+      ->check(whole(0, 1 << 20))
       ->capture_default_str();
   app.add_option("--cache-tokens", o.cache_tokens,
                  "state tokens the saved points cover in all; a longer state is not cached")
+      ->check(whole(0, uint64_t{1} << 32))
       ->capture_default_str();
   app.add_option("--cache-bytes", o.cache_bytes,
                  "bytes the saved points hold in all (docs/api.md gives the cost per token and "
                  "per point)")
+      ->check(whole(0, uint64_t{1} << 44))
       ->capture_default_str();
   app.add_option("--cache-checkpoint-tokens", o.checkpoint_tokens,
                  "a computed state also saves a point at the last multiple of this many tokens "
                  "inside it, so a rewritten tail reuses what precedes it (0: ends only)")
+      ->check(whole(0, kMaxTokens))
       ->capture_default_str();
   app.add_flag("--cache-exact-only", o.exact_only,
                "reuse a saved state only for the very same state (no growing-state reuse; for "
                "comparison)");
   app.add_option("--cache-min-tokens", o.cache_min_tokens,
                  "states shorter than this many tokens are not cached")
+      ->check(whole(0, kMaxTokens))
       ->capture_default_str();
-  app.add_option("--threads", o.forward.threads,
-                 "compute threads per request (default: all cores)");
+  app.add_option("--threads", o.forward.threads, "compute threads per request (default: all cores)")
+      ->check(whole(0, kMaxThreads));
   add_precision_flag(app, o.forward.precision)
       ->description(
           "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within the parity "

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -56,8 +58,38 @@ class LinearBuilder : public nlohmann::json_sax<OrderedJson> {
     return true;
   }
 
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+  // Where and why the text is not JSON, kept to printable ASCII (the library's "last read" part
+  // echoes input bytes, so only the number of an overflow is quoted, and only its first 40).
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& e) override {
+    at_ = position;
+    overflow_ = e.id == 406;  // out_of_range.406: a number no double holds (1e999)
+    std::string_view why = e.what();
+    if (auto colon = why.find(": ");
+        why.find("parse error at") != std::string_view::npos && colon != std::string_view::npos)
+      why.remove_prefix(colon + 2);  // "[json.exception...] parse error at line 1, column 5: "
+    else if (auto bracket = why.find("] "); bracket != std::string_view::npos)
+      why.remove_prefix(bracket + 2);
+    why = why.substr(0, why.find("; last read"));
+    for (char c : why.substr(0, 160)) reason_ += c >= 0x20 && c < 0x7f ? c : '?';
+    for (char c : std::string_view(last_token).substr(0, 40))
+      token_ += c >= 0x20 && c < 0x7f ? c : '?';
     return false;
+  }
+
+  // `text` is the whole input: NaN / Infinity are recognised from the bytes where the failing
+  // token starts (the lexer stops at their first letter).
+  std::string why_not_json(std::string_view text) const {
+    if (overflow_)
+      return fmt::format(
+          "{} holds the number {} (byte {}), beyond the range of a double: numbers "
+          "must be finite",
+          what_, token_, at_);
+    if (non_finite_literal(text))
+      return fmt::format("{} is not valid JSON (byte {}: NaN and Infinity are not JSON numbers)",
+                         what_, at_);
+    if (reason_.empty()) return fmt::format("{} is not valid JSON", what_);
+    return fmt::format("{} is not valid JSON (byte {}: {})", what_, at_, reason_);
   }
 
  private:
@@ -103,7 +135,22 @@ class LinearBuilder : public nlohmann::json_sax<OrderedJson> {
     return true;
   }
 
+  bool non_finite_literal(std::string_view text) const {
+    // The lexer stops at the first byte no literal continues with: walk back over the word.
+    size_t start = std::min(at_, text.size());
+    while (start > 0 && (std::isalpha(static_cast<unsigned char>(text[start - 1])) ||
+                         text[start - 1] == '-' || text[start - 1] == '+'))
+      --start;
+    std::string word;
+    for (char c : text.substr(start, 9)) word += static_cast<char>(std::tolower(c));
+    if (word.starts_with("-") || word.starts_with("+")) word.erase(0, 1);
+    return word.starts_with("nan") || word.starts_with("inf");
+  }
+
   std::string_view what_;
+  std::size_t at_ = 0;
+  bool overflow_ = false;
+  std::string reason_, token_;
   JsonLimits limits_;
   OrderedJson root_;
   OrderedJson* slot_ = nullptr;
@@ -115,8 +162,7 @@ class LinearBuilder : public nlohmann::json_sax<OrderedJson> {
 OrderedJson parse_json_strict(std::string_view text, std::string_view what,
                               const JsonLimits& limits) {
   LinearBuilder builder(what, limits);
-  if (!OrderedJson::sax_parse(text.begin(), text.end(), &builder))
-    bad(fmt::format("{} is not valid JSON", what));
+  if (!OrderedJson::sax_parse(text.begin(), text.end(), &builder)) bad(builder.why_not_json(text));
   return builder.take();
 }
 

@@ -15,7 +15,9 @@
 // minimum is where d nll / d beta = mean(E_p[z] - z_y) = 0: found by safeguarded Newton steps
 // within a bisection bracket, to |derivative| <= 1e-12 or a bracket of relative width 1e-15.
 // When the derivative has one sign over the whole range the fit stops at that bound
-// (at_bound = true; e.g. every sample right by a wide margin drives T -> 0).
+// (at_bound = true; e.g. every sample right by a wide margin drives T -> 0). When every sample's
+// logits are all equal (one option each, or ties), nll does not depend on T at all: the fit
+// returns T = 1 with determined = false and at_bound = false.
 // Refusals (Error kBadInput): no sample, an empty or non-finite logit vector, a label out of
 // range, a temperature not finite and > 0, bins < 1.
 #pragma once
@@ -47,6 +49,7 @@ struct CalibrationMetrics {
 struct TemperatureFit {
   double temperature = 1;
   bool at_bound = false;
+  bool determined = true;  // false: nll is the same at every T (see above)
   int iterations = 0;
 };
 

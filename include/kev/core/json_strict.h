@@ -2,7 +2,9 @@
 // reader would silently accept. Used for every request body (request_decoder.h), manifests and
 // the embedded OpenAPI document.
 //
-// Contract: parse_json_strict throws Error(kBadInput) naming `what` for text that is not JSON, a
+// Contract: parse_json_strict throws Error(kBadInput) naming `what` for text that is not JSON (with
+// the byte offset and the reason: truncated, ill-formed UTF-8, NaN / Infinity; a number beyond
+// the range of a double, such as 1e999, is named as such, not as bad syntax), a
 // duplicate key in any object (Python would keep the last one), more keys in one object or
 // elements in one array than JsonLimits allows, or nesting deeper than max_depth. Time is linear
 // in the text whatever the limits (values are built from SAX events; duplicate keys found with

@@ -1,5 +1,6 @@
 // JSON Lines input files (kev bench's requests, kev calibrate's labels and logits): each
-// non-blank line is one strict JSON value (json_strict.h).
+// non-blank line is one strict JSON value (json_strict.h). for_each_json_line_in does the same
+// on text already in memory (`path` names it in messages; the fuzz targets use it).
 //
 // Contract: for_each_json_line reads `path` whole (Error(kIo) naming it), parses every line that
 // is not blank under `limits` and calls f(value, line_number) in file order (numbers from 1). A
@@ -9,6 +10,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
@@ -17,13 +19,13 @@
 namespace kev {
 
 template <typename F>
-void for_each_json_line(const std::string& path, const JsonLimits& limits, F&& f) {
-  const std::string text = read_file(path);
+void for_each_json_line_in(std::string_view text, const std::string& path, const JsonLimits& limits,
+                           F&& f) {
   size_t at = 0, line = 0;
   while (at < text.size()) {
     size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view s(text.data() + at, end - at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view s = text.substr(at, end - at);
     at = end + 1;
     ++line;
     if (s.find_first_not_of(" \t\r") == std::string_view::npos) continue;
@@ -40,6 +42,12 @@ void for_each_json_line(const std::string& path, const JsonLimits& limits, F&& f
       fail(ErrorKind::kBadInput, "{} line {}: {}", path, line, e.what());
     }
   }
+}
+
+template <typename F>
+void for_each_json_line(const std::string& path, const JsonLimits& limits, F&& f) {
+  const std::string text = read_file(path);
+  for_each_json_line_in(std::string_view(text), path, limits, std::forward<F>(f));
 }
 
 }  // namespace kev

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "kev/acceptance/bench.h"
 #include "kev/acceptance/calibration.h"
 #include "kev/acceptance/compare.h"
+#include "kev/acceptance/labels.h"
 #include "kev/acceptance/results.h"
 #include "kev/core/error.h"
 
@@ -109,6 +112,82 @@ TEST(Calibration, FitClosedForm) {
   const TemperatureFit f = fit_temperature(s, 0.01, 100);
   EXPECT_FALSE(f.at_bound);
   EXPECT_NEAR(f.temperature, 1.0 / std::log(3.0), 1e-12);
+}
+
+// One-option questions and ties: softmax(z / T) is uniform at every T, so the NLL does not depend
+// on T and no bound is "pushed" (the fit says it is not determined).
+TEST(Calibration, FlatLogitsLeaveTUndetermined) {
+  const std::vector<LabelledLogits> s = {{{0.3}, 0}, {{2.0, 2.0}, 1}, {{-1.0, -1.0, -1.0}, 0}};
+  const TemperatureFit f = fit_temperature(s, 0.01, 100);
+  EXPECT_FALSE(f.determined);
+  EXPECT_FALSE(f.at_bound);
+  EXPECT_EQ(f.temperature, 1.0);
+  // One sample with distinct logits makes it a fit again.
+  std::vector<LabelledLogits> t = s;
+  t.push_back({{1.0, 0.0}, 0});
+  EXPECT_TRUE(fit_temperature(t, 0.01, 100).determined);
+}
+
+std::string refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(Labels, LogitsLinesAndRefusals) {
+  const auto ok = parse_logits_text(
+      "{\"logits\": [0.5, -1, 2], \"label\": 2}\n\n{\"logits\": [1], \"label\": 0}", "l.jsonl");
+  ASSERT_EQ(ok.size(), 2u);
+  EXPECT_EQ(ok[0].logits, (std::vector<double>{0.5, -1, 2}));
+  EXPECT_EQ(ok[0].label, 2u);
+  EXPECT_EQ(ok[1].label, 0u);
+  auto refused = [](const std::string& line) {
+    return refusal(
+        [&] { parse_logits_text("{\"logits\": [1, 2], \"label\": 0}\n" + line, "l.jsonl"); });
+  };
+  EXPECT_NE(
+      refused("{\"logits\": [1, 2], \"label\": 2}").find("l.jsonl line 2: \"label\" 2 is not one"),
+      std::string::npos);
+  EXPECT_NE(
+      refused("{\"logits\": [1, 2], \"label\": -1}").find("line 2: \"label\" must be the index"),
+      std::string::npos);
+  EXPECT_NE(
+      refused("{\"logits\": [1, 2], \"label\": 18446744073709551615}").find("is not one of its 2"),
+      std::string::npos);
+  EXPECT_NE(refused("{\"logits\": [1e999], \"label\": 0}").find("beyond the range of a double"),
+            std::string::npos);
+  EXPECT_NE(refused("{\"logits\": [NaN], \"label\": 0}").find("line 2: the line is not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(refused("{\"logits\": [], \"label\": 0}").find("non-empty array"), std::string::npos);
+  EXPECT_NE(refused("{\"logits\": [1], \"label\": 0, \"label\": 0}").find("duplicate key"),
+            std::string::npos);
+}
+
+TEST(Labels, LabelledRequests) {
+  const std::string request =
+      R"({"state": "s", "questions": {"c": {"type": "choice", "instructions": "i", "criteria": )"
+      R"({"a": null, "b": null}}, "n": {"type": "noul", "instructions": "j"}}, "labels": )";
+  const auto ok = parse_labels_text(
+      request + R"({"c": "b", "n": "yes"}})" + "\n" + request + R"({"c": null}})", "x.jsonl");
+  ASSERT_EQ(ok.size(), 2u);
+  EXPECT_EQ(ok[0].labels, (std::vector<std::optional<size_t>>{1, 1}));
+  EXPECT_EQ(ok[1].labels, (std::vector<std::optional<size_t>>{std::nullopt, std::nullopt}));
+  EXPECT_EQ(ok[1].line, 2u);
+  EXPECT_NE(refusal([&] {
+              parse_labels_text(request + R"({"z": "a"}})", "x.jsonl");
+            }).find("x.jsonl line 1: labels.z: no such question"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] {
+              parse_labels_text(request + R"({"c": "q"}})", "x.jsonl");
+            }).find("labels.c: \"q\" is not one of the question's options"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] {
+              parse_labels_text(request + R"({"n": 3}})", "x.jsonl");
+            }).find("labels.n: a noul label is"),
+            std::string::npos);
 }
 
 TEST(Bench, LevelSummary) {

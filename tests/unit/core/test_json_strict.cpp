@@ -71,6 +71,29 @@ TEST(JsonStrict, RefusesDuplicatesAtAnyDepthAndBadSyntax) {
   }
 }
 
+// Each refusal says where and why; a number no double holds is named as such, not as syntax.
+TEST(JsonStrict, RefusalsSayWhereAndWhy) {
+  auto why = [](std::string_view text) {
+    try {
+      parse_json_strict(text, "the line");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string overflow = why(R"({"p": 1e999})");
+  EXPECT_NE(overflow.find("holds the number 1e999 (byte "), std::string::npos) << overflow;
+  EXPECT_NE(overflow.find("beyond the range of a double"), std::string::npos) << overflow;
+  EXPECT_EQ(overflow.find("not valid JSON"), std::string::npos) << overflow;
+  EXPECT_NE(why(R"({"p": NaN})").find("NaN and Infinity are not JSON numbers"), std::string::npos);
+  EXPECT_NE(why(R"({"p": -Infinity})").find("NaN and Infinity"), std::string::npos);
+  EXPECT_NE(why(R"({"p": [1, 2)").find("unexpected end of input"), std::string::npos);
+  EXPECT_NE(why("\"a\xff\"").find("UTF-8"), std::string::npos);
+  EXPECT_NE(why("").find("the line is not valid JSON"), std::string::npos);
+  // Printable ASCII only, whatever the bytes were.
+  for (char c : why("\"\x01\x1b[31m\xfe\"")) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << int(c);
+}
+
 TEST(JsonStrict, KeyAndElementLimits) {
   const JsonLimits limits{.max_object_keys = 3, .max_array_elements = 4};
   EXPECT_NO_THROW(

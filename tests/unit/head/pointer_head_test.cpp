@@ -453,7 +453,7 @@ TEST(Loader, RefusesBadManifests) {
   with_manifest(R"({"temperature": 0})", "finite number > 0");
   with_manifest(R"({"temperature": -2.4})", "finite number > 0");
   // A number out of double's range is refused by the strict reader (json_strict.h) itself.
-  with_manifest(R"({"temperature": 1e999})", "not valid JSON");
+  with_manifest(R"({"temperature": 1e999})", "beyond the range of a double");
   with_manifest(R"({"temperature": 2, "temperature": 3})", "duplicate key \"temperature\"");
   with_manifest("{not json", "not valid JSON");
   with_manifest(R"({"temperature": 2, "dimensions": {"hidden": 7}})", "dimensions.hidden is 7");
