@@ -2,17 +2,20 @@
 // GET /v1/models, GET /metrics, GET /openapi.json; docs/api.md) over a bundle. Listens first, then
 // loads the bundle (a balancer sees "loading"), then prints one JSON line {"listening":
 // "http://HOST:PORT", "model": NAME} on stdout. SIGINT/SIGTERM: not ready at once, keep serving
-// for --drain-delay seconds, then stop accepting, answer every accepted request and exit 0;
-// further signals change nothing.
+// for --drain-delay seconds, then stop accepting, answer every accepted request and exit 0; work
+// still unanswered --drain-timeout seconds later stops at its next safe point and is answered
+// 503. Further signals change nothing.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -33,6 +36,7 @@ struct ServeCliOptions {
   ServeOptions serve;
   ScorerOptions scorer;
   double drain_delay_s = 0;
+  double drain_timeout_s = 30;
   std::string log_format = "text";
   bool quiet = false;
   std::string api_key_file;
@@ -91,6 +95,8 @@ int run_serve(ServeCliOptions& o) {
   open_standard_descriptors();
   if (!(o.drain_delay_s >= 0 && o.drain_delay_s <= 3600))
     fail(ErrorKind::kBadInput, "--drain-delay must be between 0 and 3600 seconds");
+  if (!(o.drain_timeout_s >= 0 && o.drain_timeout_s <= 86400))
+    fail(ErrorKind::kBadInput, "--drain-timeout must be between 0 and 86400 seconds");
   o.serve.log_requests = !o.quiet;
   o.serve.log_format = o.log_format == "json" ? LogFormat::kJson : LogFormat::kText;
   std::optional<Scorer> scorer;  // outlives the server, which answers from it until wait()
@@ -123,7 +129,24 @@ int run_serve(ServeCliOptions& o) {
                          std::chrono::duration<double>(o.drain_delay_s));
   while (std::chrono::steady_clock::now() < until) sleep_ms(20);
   server.shutdown();
+  // The drain's deadline: work still unanswered then stops at its next safe point (503).
+  std::mutex m;
+  std::condition_variable cv;
+  bool waited = false;
+  std::thread deadline([&] {
+    std::unique_lock lock(m);
+    if (cv.wait_for(lock, std::chrono::duration<double>(o.drain_timeout_s), [&] { return waited; }))
+      return;
+    server.stop_work();
+    if (!o.quiet) server.log_line("kev serve: drain deadline passed; stopping the work in flight");
+  });
   server.wait();
+  {
+    std::lock_guard lock(m);
+    waited = true;
+  }
+  cv.notify_one();
+  deadline.join();
   if (!o.quiet) server.log_line("kev serve: stopped");
   return 0;
 }
@@ -199,6 +222,10 @@ const bool registered = register_command(
       app.add_option("--drain-delay", o->drain_delay_s,
                      "after SIGTERM, seconds to keep serving while not ready (default 0)")
           ->check(number(0, Bound::kClosed, 3600, Bound::kClosed));
+      app.add_option("--drain-timeout", o->drain_timeout_s,
+                     "after the drain delay, seconds to finish the work accepted; then what is "
+                     "left stops at its next safe point and is answered 503 (default 30)")
+          ->check(number(0, Bound::kClosed, 86400, Bound::kClosed));
       app.add_option("--api-key-file", o->api_key_file,
                      "require \"Authorization: Bearer <key>\" on /v1 paths, the key read from "
                      "this file (else KEV_API_KEY_FILE, else KEV_API_KEY; none: open server)")

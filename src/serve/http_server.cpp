@@ -304,6 +304,10 @@ void HttpServer::drain() {
   impl_->lifecycle.store(Lifecycle::kDraining);
 }
 
+void HttpServer::stop_work() {
+  impl_->scoring.stopping.store(true);
+}
+
 void HttpServer::log_line(std::string line) {
   impl_->log.line(std::move(line));
 }

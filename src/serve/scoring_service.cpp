@@ -163,10 +163,22 @@ Reply ScoringService::score_alone(const ScoreTask& task, const std::function<boo
 }
 
 // The reply to a request whose parsing or scoring threw `error`.
-Reply ScoringService::error_reply(std::exception_ptr error, const std::function<bool()>& gone) {
+std::function<bool()> ScoringService::gone_for(int fd) const {
+  return [this, fd] { return stopping.load() || peer_reset(fd); };
+}
+
+Reply ScoringService::shutting_down() {
+  return detail(503,
+                "the server is shutting down (its drain deadline passed before this request "
+                "was answered); retry, on another replica if there is one");
+}
+
+Reply ScoringService::error_reply(std::exception_ptr error,
+                                  const std::function<bool()>& gone) const {
   try {
     std::rethrow_exception(error);
   } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInterrupted && stopping.load()) return shutting_down();
     if (e.kind() == ErrorKind::kInterrupted && gone && gone()) {
       Reply r;
       r.cancelled = true;
@@ -208,12 +220,16 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
   std::vector<size_t> of;  // jobs[k] is tasks[of[k]]
   for (size_t i = 0; i < tasks.size(); ++i) {
     const int fd = tasks[i]->fd;
+    if (stopping.load()) {  // the drain's deadline passed while it was queued
+      replies[i] = shutting_down();
+      continue;
+    }
     if (peer_reset(fd)) {  // reset while queued: nothing is computed for it
       replies[i].cancelled = true;
       continue;
     }
     if (tasks[i]->endpoint != Endpoint::kSystemOne) {
-      replies[i] = score_alone(*tasks[i], [fd] { return peer_reset(fd); });
+      replies[i] = score_alone(*tasks[i], gone_for(fd));
       continue;
     }
     auto parsed = parse(*tasks[i]->body);
@@ -222,7 +238,7 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
       continue;
     }
     requests[i].emplace(std::move(std::get<ApiRequest>(parsed)));
-    jobs.push_back(ScoreJob{&*requests[i], [fd] { return peer_reset(fd); }});
+    jobs.push_back(ScoreJob{&*requests[i], gone_for(fd)});
     of.push_back(i);
   }
   if (jobs.empty()) return;

@@ -70,6 +70,10 @@ struct ScoringService {
   const ServeOptions& options;
   ServeMetrics& metrics;  // thread-safe (atomic counters)
   std::atomic<const Scorer*> scorer{nullptr};
+  // Set when a drain's deadline passed (HttpServer::stop_work): work in flight stops at its
+  // next safe point (Scorer::score's gone()) and every request not yet answered, queued or in
+  // flight, is answered 503 + Retry-After.
+  std::atomic<bool> stopping{false};
   // Model passes (batches scored together) and the requests in them; any thread.
   mutable std::atomic<uint64_t> passes{0}, batched{0};
   mutable std::atomic<size_t> largest_batch{0};
@@ -87,7 +91,11 @@ struct ScoringService {
   Reply no_memory() const;
   std::chrono::steady_clock::time_point deadline(const ScoreTask& task) const;
   // The reply to a request whose parsing or scoring threw `error`.
-  static Reply error_reply(std::exception_ptr error, const std::function<bool()>& gone);
+  Reply error_reply(std::exception_ptr error, const std::function<bool()>& gone) const;
+  // The gone() of a task on socket fd: its client reset the connection, or `stopping`.
+  std::function<bool()> gone_for(int fd) const;
+  // The 503 of a request stopped (or not started) because the drain's deadline passed.
+  static Reply shutting_down();
   // One batch, in FIFO order: each task's queue wait recorded, then score_tasks.
   std::vector<Reply> score_batch(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const;
   void score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& tasks,

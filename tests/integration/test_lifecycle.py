@@ -104,3 +104,40 @@ def test_drain_delay_zero_exits_promptly(bundle):
         assert time.monotonic() - t0 < 5
     finally:
         stop(proc)
+
+
+def test_drain_deadline_stops_a_long_prefill_and_answers_503(bundle):
+    # A state of ~40,000 tokens keeps the tiny model busy far longer than the drain deadline;
+    # after SIGTERM + --drain-timeout it must stop at its next prefill step (2,048 tokens), answer
+    # 503 with Retry-After, and the server must exit 0 promptly (docs/serving.md, lifecycle).
+    words = [f"clause{i % 97} of the agreement" for i in range(10000)]
+    long_req = {"state": " ".join(words), "questions": REQ["questions"]}
+    proc, port = start(bundle, "--drain-timeout", 1)
+    try:
+        result = {}
+
+        def send():
+            try:
+                result["reply"] = get(port, "POST", "/v1/systemone", long_req)
+            except Exception as e:  # noqa: BLE001 - reported below
+                result["error"] = repr(e)
+
+        import threading
+        t = threading.Thread(target=send)
+        t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and get(port, "GET", "/health")[2].get("inflight", 0) < 1:
+            time.sleep(0.05)
+        assert get(port, "GET", "/health")[2]["inflight"] == 1, "the long request never started"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        elapsed = time.monotonic() - t0
+        t.join(timeout=30)
+        assert "error" not in result, result.get("error")
+        status, hdrs, body = result["reply"]
+        assert status == 503 and hdrs["retry-after"] == "1"
+        assert "drain deadline" in body["detail"]
+        assert 0.9 <= elapsed < 20, elapsed
+    finally:
+        stop(proc)

@@ -125,6 +125,10 @@ class HttpServer {
   void set_ready(const Scorer& scorer, BundleInfo bundle);
   void drain();
   void shutdown();
+  // After a drain's deadline: work in flight stops at its next safe point (inside a state's
+  // prefill, every kPrefillStepTokens) and every request not yet answered gets 503 +
+  // Retry-After, so wait() returns within about one prefill step and one row batch.
+  void stop_work();
   void wait();
   // One line (no newline) on stderr, written by the server's log thread: never blocks the
   // caller, even when nobody reads stderr (the request log uses the same queue).
