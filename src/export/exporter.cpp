@@ -38,6 +38,15 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The manifest's "delimiters": each special token's id, read from the tokenizer.
+Json delimiters_json(const Delimiters& d) {
+  return {{"state", d.state},
+          {"question", d.question},
+          {"option_open", d.option_open},
+          {"option_close", d.option_close},
+          {"decide", d.decide}};
+}
+
 constexpr size_t kChunkBytes = size_t{8} << 20;
 constexpr int kBuffers = 3;
 
@@ -378,12 +387,7 @@ std::string manifest_json(const Plan& p, const std::map<std::string, std::string
        {{"hidden", p.config.hidden}, {"layers", p.config.layers}, {"pointer", p.head.pointer}}},
       {"temperature", p.head.temperature},
       {"checkpoint_fields", checkpoint_fields_json(p.fields)},
-      {"delimiters",
-       {{"state", p.delimiters.state},
-        {"question", p.delimiters.question},
-        {"option_open", p.delimiters.option_open},
-        {"option_close", p.delimiters.option_close},
-        {"decide", p.delimiters.decide}}},
+      {"delimiters", delimiters_json(p.delimiters)},
       {"producer", {{"name", kProducerName}, {"version", KEV_VERSION}}},
   };
   return m.dump(2) + "\n";
@@ -528,12 +532,7 @@ std::string full_manifest_json(const FullPlan& p,
         {"pointer", p.head.pointer}}},
       {"temperature", p.head.temperature},
       {"checkpoint_fields", checkpoint_fields_json(p.fields)},
-      {"delimiters",
-       {{"state", p.delimiters.state},
-        {"question", p.delimiters.question},
-        {"option_open", p.delimiters.option_open},
-        {"option_close", p.delimiters.option_close},
-        {"decide", p.delimiters.decide}}},
+      {"delimiters", delimiters_json(p.delimiters)},
       {"producer", {{"name", kProducerName}, {"version", KEV_VERSION}}},
   };
   if (p.recipe.base.revision.empty()) m["base"]["revision"] = nullptr;
