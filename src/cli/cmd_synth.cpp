@@ -71,7 +71,7 @@ const bool registered = kev::cli::register_command(
       app.add_option("--form", o->form,
                      "lora (base + adapter, default) or full (a full-weight checkpoint in "
                      "DIR/checkpoint: Kev 1.0's Kev-27B layout)")
-          ->check(CLI::IsMember({"lora", "full"}))
+          ->check(kev::cli::one_of({"lora", "full"}))
           ->capture_default_str();
       app.add_option("--tokenizer", o->tokenizer,
                      "tokenizer.json to copy (default: a built-in byte-level BPE)");
