@@ -63,7 +63,8 @@ Request take(Decoded<Request> decoded) {
 class Model {
  public:
   Model(const std::string& bundle, const std::string& precision, std::optional<long> threads,
-        std::optional<double> temperature, int decimals, bool truncate, bool date_facts) {
+        std::optional<double> temperature, int decimals, bool truncate, bool date_facts,
+        bool usage_details) {
     check_isa_environment();
     ScorerOptions o;
     if (precision != "fp32" && precision != "bf16" && precision != "int8")
@@ -80,6 +81,7 @@ class Model {
     }
     o.decimals = decimals;
     o.limits.truncate = truncate;
+    o.usage_details = usage_details;
     decode_.date_facts = date_facts;
     py::gil_scoped_release unlocked;
     scorer_ = std::make_unique<Scorer>(bundle, o);
@@ -197,10 +199,11 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Model>(m, "Model")
       .def(py::init<const std::string&, const std::string&, std::optional<long>,
-                    std::optional<double>, int, bool, bool>(),
+                    std::optional<double>, int, bool, bool, bool>(),
            py::arg("bundle"), py::arg("precision") = "fp32", py::arg("threads") = py::none(),
            py::arg("temperature") = py::none(), py::arg("decimals") = 4,
-           py::arg("truncate") = false, py::arg("date_facts") = false)
+           py::arg("truncate") = false, py::arg("date_facts") = false,
+           py::arg("usage_details") = false)
       .def("system_one_json", &Model::system_one_json, py::arg("body"))
       .def("permute_json", &Model::permute_json, py::arg("body"))
       .def("separate_json", &Model::separate_json, py::arg("body"))

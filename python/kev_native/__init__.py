@@ -51,9 +51,10 @@ class Model:
 
     def __init__(self, bundle: str, precision: str = "fp32", threads: Optional[int] = None,
                  temperature: Optional[float] = None, *, decimals: int = 4,
-                 truncate: bool = False, date_facts: bool = False) -> None:
+                 truncate: bool = False, date_facts: bool = False,
+                 usage_details: bool = False) -> None:
         self._core = _core.Model(str(bundle), precision, threads, temperature, decimals,
-                                 truncate, date_facts)
+                                 truncate, date_facts, usage_details)
 
     @property
     def hidden(self) -> int:

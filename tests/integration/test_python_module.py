@@ -71,14 +71,14 @@ def kev_score_lines(bundle, requests, *flags):
 
 @pytest.mark.parametrize("decimals", [4, -1])
 def test_answers_are_kev_score_bytes(bundle, decimals):
-    model = kev_native.Model(bundle, decimals=decimals)
-    expected = kev_score_lines(bundle, REQUESTS, "--decimals", str(decimals))
+    model = kev_native.Model(bundle, decimals=decimals, usage_details=True)
+    expected = kev_score_lines(bundle, REQUESTS, "--decimals", str(decimals), "--usage-details")
     got = [model.system_one_json(json.dumps(r)) for r in REQUESTS]
     assert len(expected) == len(REQUESTS)
     assert [no_latency(g) for g in got] == [no_latency(e) for e in expected]
     assert json.loads(got[1])["usage"]["cached_tokens"] > 0  # through the prefix cache, as kev's
     # The dict form is that text parsed; a dict request is that request.
-    again = kev_native.Model(bundle, decimals=decimals)
+    again = kev_native.Model(bundle, decimals=decimals, usage_details=True)
     for r, g in zip(REQUESTS, got):
         answer = again.system_one(r)
         answer["latency_ms"] = 0
@@ -155,7 +155,7 @@ def test_threads_get_the_answers_of_one_thread(bundle):
 
     def answers_only(text):
         out = json.loads(text)
-        return out["answers"], out["usage"]["input_tokens"], out["usage"]["state_tokens"]
+        return out["answers"], out["usage"]["input_tokens"], out["usage"]["output_tokens"]
 
     alone = [answers_only(kev_native.Model(bundle, decimals=-1).system_one_json(json.dumps(r)))
              for r in REQUESTS]
