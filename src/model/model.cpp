@@ -13,8 +13,7 @@ namespace kev {
 namespace {
 
 constexpr auto kRowBatchTokens = static_cast<int64_t>(kRowPassTokens);  // per run_rows batch
-constexpr size_t kPrefillChunkTokens = kPrefillStepTokens;              // per extend step
-static_assert(kPrefillChunkTokens % kGdnChunk == 0);
+static_assert(kPrefillStepTokens % kGdnChunkTokens == 0);
 
 // Explicit positions, or (where none are given) the implicit ones start + i, start being the
 // prefix's length, must lie in [0, kMaxPosition] (the range of the RoPE tables' sin/cos).
@@ -92,6 +91,10 @@ Model::Model(std::unique_ptr<ModelWeights> weights, ForwardOptions options)
 Model::~Model() = default;
 
 void Model::set_options(const ForwardOptions& o) {
+  const auto chunk = static_cast<size_t>(kGdnChunkTokens);
+  if (o.prefill_step == 0 || o.prefill_step % chunk != 0)
+    fail(ErrorKind::kBadInput, "prefill step of {} tokens: not a positive multiple of {}",
+         o.prefill_step, chunk);
   options_ = o;
   if (o.precision == Precision::kBf16 && !bf16_) bf16_ = prepare_bf16(*weights_, o.threads);
   if (o.precision == Precision::kInt8 && !int8_) int8_ = prepare_int8(*weights_, o.threads);
@@ -134,17 +137,17 @@ PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& i
                           const std::function<bool()>& stop) const {
   check_state(config(), from);
   check_ids(config(), ids, positions, from.length, "prefix");
-  // A long prefix runs in chunks of kPrefillChunkTokens (a multiple of the GDN chunk), each
+  // A long prefix runs in steps of options_.prefill_step (a multiple of the GDN chunk), each
   // continuing the state of the one before: the workspace stays bounded, and by the prefix
   // contract (prefix + row == one pass) the result is the same as one pass.
   if (hidden) hidden->clear();
   const PrefixState* current = &from;
   PrefixState next;
-  for (size_t begin = 0; begin < ids.size(); begin += kPrefillChunkTokens) {
+  for (size_t begin = 0; begin < ids.size(); begin += options_.prefill_step) {
     if (begin > 0 && stop && stop())
       fail(ErrorKind::kInterrupted, "stopped after {} of the prefix's {} tokens", begin,
            ids.size());
-    const size_t end = std::min(ids.size(), begin + kPrefillChunkTokens);
+    const size_t end = std::min(ids.size(), begin + options_.prefill_step);
     const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
     std::vector<int32_t> part(ids.begin() + b, ids.begin() + e);
     std::vector<int64_t> part_positions;

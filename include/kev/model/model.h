@@ -65,10 +65,18 @@ const char* precision_name(Precision p);  // "fp32", "bf16", "int8"
 // Parses "fp32" | "bf16" | "int8"; Error(kBadInput) otherwise.
 Precision parse_precision(const std::string& name);
 
+// The forward's passes: extend() runs a prefix in steps of prefill_step tokens (by default
+// kPrefillStepTokens, a multiple of the GDN chunk); run_rows() runs rows in passes of at most
+// kRowPassTokens tokens (a longer row runs alone). A pass allocates its scratch for its tokens
+// and frees it when it ends. The step changes where a long prefix can stop, never its bits.
+inline constexpr size_t kPrefillStepTokens = 2048;
+inline constexpr size_t kRowPassTokens = 4096;
+
 struct ForwardOptions {
   GdnMode gdn = GdnMode::kRecurrent;
   size_t threads = 0;  // 0 = default_workers()
   Precision precision = Precision::kFp32;
+  size_t prefill_step = kPrefillStepTokens;  // a positive multiple of kGdnChunkTokens
 };
 
 struct Int8Weights;     // the quantized projections of kInt8 (projections.h)
@@ -104,11 +112,6 @@ std::vector<StateBuffer> state_buffers(const PrefixState& s);
 // Bytes of all of a state's buffers (shared blocks included), plus its own bookkeeping.
 size_t bytes_held(const PrefixState& s);
 
-// The forward's passes: extend() runs a prefix in steps of kPrefillStepTokens (a multiple of
-// the GDN chunk); run_rows() runs rows in passes of at most kRowPassTokens tokens (a longer row
-// runs alone). A pass allocates its scratch for its tokens and frees it when it ends.
-inline constexpr size_t kPrefillStepTokens = 2048;
-inline constexpr size_t kRowPassTokens = 4096;
 // Bytes of scratch a pass needs per token it runs (every workspace array of the layers, the
 // hidden states it returns, and in kBf16/kInt8 the rounded activations), for memory accounting.
 size_t workspace_bytes_per_token(const ModelConfig& c, Precision p);
@@ -133,13 +136,14 @@ class Model {
   const ModelConfig& config() const { return weights_->config(); }
   const ModelWeights& weights() const { return *weights_; }
   const ForwardOptions& options() const { return options_; }
-  // Switching to kInt8 quantizes the weights then (once); not concurrent with a forward.
+  // Switching to kInt8 quantizes the weights then (once); not concurrent with a forward. A
+  // prefill_step that is not a positive multiple of kGdnChunkTokens is Error(kBadInput).
   void set_options(const ForwardOptions& o);
 
   PrefixState empty_state() const;
   // Runs `ids` after `from` and returns the longer state; `hidden` (if not null) receives the
   // final-normed hidden states [ids.size(), hidden]. A long `ids` runs in prefill steps of
-  // kPrefillStepTokens; `stop` (if given) is asked before every step after the first, and true
+  // options().prefill_step tokens; `stop` (if given) is asked before every step after the first, and true
   // ends the call with Error(kInterrupted) (nothing returned, `from` unchanged): the safe points
   // where a long state stops when its client leaves or its server drains.
   PrefixState extend(const PrefixState& from, const std::vector<int32_t>& ids,

@@ -137,9 +137,15 @@ TEST_F(Continue, BytesHeldCountsEveryBuffer) {
 // A long prefill asks `stop` before every step after the first (model.h): never for a prefix of
 // one step, once per later step while it says go on, and the first true ends the call with
 // kInterrupted after exactly that many steps.
+// A small step (64 tokens, one GDN chunk) makes the same checks cheap under emulation; the
+// default step (kPrefillStepTokens) runs the same loop.
 TEST_F(Continue, ExtendAsksStopBetweenPrefillSteps) {
   Model& m = *model_;
-  const auto step = static_cast<size_t>(kPrefillStepTokens);
+  const ForwardOptions saved = m.options();
+  ForwardOptions small = saved;
+  small.prefill_step = static_cast<size_t>(kGdnChunkTokens);
+  m.set_options(small);
+  const size_t step = small.prefill_step;
   int asked = 0;
   auto count = [&] {
     ++asked;
@@ -148,9 +154,9 @@ TEST_F(Continue, ExtendAsksStopBetweenPrefillSteps) {
   m.extend(m.empty_state(), ids(step, 5), {}, nullptr, count);
   EXPECT_EQ(asked, 0);
   const std::vector<int32_t> long_ids = ids(2 * step + 3, 6);
-  const PrefixState whole = m.extend(m.empty_state(), long_ids, {}, nullptr, count);
+  const PrefixState stepped = m.extend(m.empty_state(), long_ids, {}, nullptr, count);
   EXPECT_EQ(asked, 2);
-  EXPECT_EQ(whole.length, static_cast<int64_t>(long_ids.size()));
+  EXPECT_EQ(stepped.length, static_cast<int64_t>(long_ids.size()));
   asked = 0;
   auto stop_second = [&] { return ++asked == 2; };
   try {
@@ -161,6 +167,20 @@ TEST_F(Continue, ExtendAsksStopBetweenPrefillSteps) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(2 * step)), std::string::npos) << e.what();
   }
   EXPECT_EQ(asked, 2);
+  m.set_options(saved);
+  // The step is where a prefix may stop, never what it computes.
+  EXPECT_TRUE(same_state(stepped, m.extend(m.empty_state(), long_ids)));
+  for (size_t bad : {size_t{0}, size_t{100}}) {
+    ForwardOptions o = saved;
+    o.prefill_step = bad;
+    try {
+      m.set_options(o);
+      ADD_FAILURE() << "prefill step " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    }
+  }
+  EXPECT_EQ(m.options().prefill_step, saved.prefill_step);
 }
 
 }  // namespace
