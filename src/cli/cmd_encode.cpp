@@ -28,7 +28,7 @@ int run_encode(const EncodeOptions& o) {
   const std::string body = read_stdin();
   ApiRequest req = parse_request(body);
   Tokenizer tok = Tokenizer::from_file(o.tokenizer);
-  Delimiters delims = Delimiters::from(tok);
+  Delimiters delims = delimiters_of(tok);
   EncodeLimits limits;
   limits.max_state = o.max_state;
   limits.max_row = o.max_row;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <set>
 
 #include "kev/core/error.h"
@@ -225,12 +226,13 @@ Delimiters parse_delimiters(std::string_view text, const std::string& name) {
   auto added = j.find("added_tokens");
   if (added == j.end() || !added->is_array())
     fail(ErrorKind::kBadInput, "{}: \"added_tokens\" must be a list", name);
-  auto find = [&](const char* content) -> int64_t {
+  auto find = [&](const char* content) -> int32_t {
     int64_t found = -1;
     for (const Json& t : *added) {
       if (!t.is_object() || t.value("content", Json()) != content) continue;
       auto id = t.find("id");
-      if (id == t.end() || !id->is_number_integer() || id->get<int64_t>() < 0)
+      if (id == t.end() || !id->is_number_integer() || id->get<int64_t>() < 0 ||
+          id->get<int64_t>() > INT32_MAX)
         fail(ErrorKind::kBadInput, "{}: added token {} has no valid id", name, content);
       if (found >= 0 && found != id->get<int64_t>())
         fail(ErrorKind::kBadInput, "{}: added token {} appears with two ids", name, content);
@@ -238,14 +240,10 @@ Delimiters parse_delimiters(std::string_view text, const std::string& name) {
     }
     if (found < 0)
       fail(ErrorKind::kBadInput, "{}: added_tokens has no {} (a Kev delimiter)", name, content);
-    return found;
+    return static_cast<int32_t>(found);
   };
   Delimiters d;
-  d.state = find("<|fim_prefix|>");
-  d.question = find("<|fim_middle|>");
-  d.option_open = find("<|box_start|>");
-  d.option_close = find("<|box_end|>");
-  d.decide = find("<|fim_suffix|>");
+  for (const DelimiterToken& t : kDelimiterTokens) d.*t.id = find(t.content);
   return d;
 }
 

@@ -40,11 +40,9 @@ using Json = nlohmann::json;
 
 // The manifest's "delimiters": each special token's id, read from the tokenizer.
 Json delimiters_json(const Delimiters& d) {
-  return {{"state", d.state},
-          {"question", d.question},
-          {"option_open", d.option_open},
-          {"option_close", d.option_close},
-          {"decide", d.decide}};
+  Json out = Json::object();
+  for (const DelimiterToken& t : kDelimiterTokens) out[t.name] = d.*t.id;
+  return out;
 }
 
 constexpr size_t kChunkBytes = size_t{8} << 20;

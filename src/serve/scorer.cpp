@@ -35,7 +35,7 @@ std::vector<CacheBuffer> cache_buffers(const PrefixState& s) {
 Scorer::Scorer(const std::string& bundle_dir, ScorerOptions options)
     : options_(options),
       tokenizer_(Tokenizer::from_file(bundle_dir + "/tokenizer.json")),
-      delimiters_(Delimiters::from(tokenizer_)),
+      delimiters_(delimiters_of(tokenizer_)),
       model_(Model::load(bundle_dir, options.forward)),
       head_(PointerHead::load_bundle(bundle_dir)),
       cache_(std::make_unique<PrefixCache<PrefixState>>(

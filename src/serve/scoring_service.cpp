@@ -47,7 +47,7 @@ class Reservation {
 
 void ScoringService::publish(const Scorer& s) {
   per_request_ = RequestMemory::of(s.model().config(), s.model().options().precision);
-  delimiters_ = Delimiters::from(s.tokenizer());
+  delimiters_ = delimiters_of(s.tokenizer());
   const size_t bytes = options.memory_budget > 0 ? options.memory_budget
                                                  : default_memory_budget(s.options().cache_bytes);
   budget_ = std::make_unique<MemoryBudget>(bytes);

@@ -30,13 +30,9 @@ bool is_name_char(char c) {
 
 }  // namespace
 
-Delimiters Delimiters::from(const Tokenizer& tok) {
+Delimiters delimiters_of(const Tokenizer& tok) {
   Delimiters d;
-  d.state = delimiter(tok, "<|fim_prefix|>");
-  d.question = delimiter(tok, "<|fim_middle|>");
-  d.option_open = delimiter(tok, "<|box_start|>");
-  d.option_close = delimiter(tok, "<|box_end|>");
-  d.decide = delimiter(tok, "<|fim_suffix|>");
+  for (const DelimiterToken& t : kDelimiterTokens) d.*t.id = delimiter(tok, t.content);
   return d;
 }
 

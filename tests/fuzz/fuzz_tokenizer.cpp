@@ -103,7 +103,7 @@ void check_text(std::string_view text) {
 
 void check_request(std::string_view body, bool truncate) {
   const kev::Tokenizer& tok = tokenizer();
-  static const kev::Delimiters delims = kev::Delimiters::from(tok);
+  static const kev::Delimiters delims = kev::delimiters_of(tok);
   try {
     kev::ApiRequest req = kev::parse_request(body);
     kev::EncodeLimits limits{16, 64, truncate, true};

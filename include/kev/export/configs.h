@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kev/text/delimiters.h"
+
 namespace kev {
 
 struct BaseTextConfig {
@@ -42,11 +44,7 @@ struct BaseIndex {
 };
 BaseIndex parse_base_index(std::string_view json, const std::string& name);
 
-struct Delimiters {
-  int64_t state = 0, question = 0, option_open = 0, option_close = 0, decide = 0;
-};
-// Token contents: state <|fim_prefix|>, question <|fim_middle|>, option_open <|box_start|>,
-// option_close <|box_end|>, decide <|fim_suffix|>.
+// Each of kDelimiterTokens by content (an id in [0, 2^31), the same id wherever it appears).
 Delimiters parse_delimiters(std::string_view tokenizer_json, const std::string& name);
 
 }  // namespace kev

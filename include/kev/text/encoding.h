@@ -2,8 +2,7 @@
 //
 // Layout (upstream Kev `encode`): [<state> state...] then per question k (1-based)
 //   [<q> instr... (<opt> option... </opt>)* <decide>]
-// - Delimiters are looked up by token content: state <|fim_prefix|>, question <|fim_middle|>,
-//   option_open <|box_start|>, option_close <|box_end|>, decide <|fim_suffix|>.
+// - Delimiters are looked up by token content (text/delimiters.h).
 // - User text is escaped (`<|name|>` -> `<¦name¦>`, name = [A-Za-z0-9_]+) and then tokenized
 //   as the reference does (added tokens that survive the escape, e.g. `<think>`, still match:
 //   the reference tokenizer always matches added tokens; see docs in encoding.cpp). Parts are
@@ -22,15 +21,13 @@
 #include <string_view>
 #include <vector>
 
+#include "kev/text/delimiters.h"
 #include "kev/text/tokenizer.h"
 
 namespace kev {
 
-struct Delimiters {
-  int32_t state = 0, question = 0, option_open = 0, option_close = 0, decide = 0;
-  // Throws Error(kBadInput) naming the missing token.
-  static Delimiters from(const Tokenizer& tok);
-};
+// The delimiters' ids in `tok`; Error(kBadInput) naming a missing token.
+Delimiters delimiters_of(const Tokenizer& tok);
 
 struct RecordQuestion {
   std::string instructions;

@@ -249,7 +249,7 @@ TEST(Encoding, LayoutPositionsAndLimits) {
          {"id": 302, "content": "<|box_start|>", "special": true, "normalized": false},
          {"id": 303, "content": "<|box_end|>", "special": true, "normalized": false},
          {"id": 304, "content": "<|fim_suffix|>", "special": true, "normalized": false})");
-  Delimiters d = Delimiters::from(t);
+  Delimiters d = delimiters_of(t);
   EXPECT_EQ(d.state, 300);
   EXPECT_EQ(d.decide, 304);
   Record rec{"abc", {{"x", {"ab", "c"}}, {"", {"abc"}}}};
@@ -284,7 +284,7 @@ TEST(Encoding, LayoutPositionsAndLimits) {
 
 TEST(Encoding, MissingDelimiterIsRefused) {
   Tokenizer t = small();
-  EXPECT_THROW(Delimiters::from(t), Error);
+  EXPECT_THROW(delimiters_of(t), Error);
 }
 
 }  // namespace
