@@ -143,9 +143,9 @@ class Model {
   PrefixState empty_state() const;
   // Runs `ids` after `from` and returns the longer state; `hidden` (if not null) receives the
   // final-normed hidden states [ids.size(), hidden]. A long `ids` runs in prefill steps of
-  // options().prefill_step tokens; `stop` (if given) is asked before every step after the first, and true
-  // ends the call with Error(kInterrupted) (nothing returned, `from` unchanged): the safe points
-  // where a long state stops when its client leaves or its server drains.
+  // options().prefill_step tokens; `stop` (if given) is asked before every step after the first,
+  // and true ends the call with Error(kInterrupted) (nothing returned, `from` unchanged): the safe
+  // points where a long state stops when its client leaves or its server drains.
   PrefixState extend(const PrefixState& from, const std::vector<int32_t>& ids,
                      const std::vector<int64_t>& positions = {},
                      std::vector<float>* hidden = nullptr,
