@@ -13,7 +13,7 @@
 include(CMakePackageConfigHelpers)
 
 set(kev_layers kev_core kev_cpu kev_formats kev_head kev_export kev_text kev_model kev_synth
-               kev_serve kev_acceptance)
+               kev_score kev_serve kev_acceptance)
 set_target_properties(kev_all PROPERTIES EXPORT_NAME kev)
 add_library(kev::kev ALIAS kev_all)
 

@@ -22,7 +22,7 @@
 #include "kev/cpu/isa.h"
 #include "kev/head/pointer_head.h"
 #include "kev/model/model.h"
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 #include "kev/text/request_decoder.h"
 
 namespace py = pybind11;

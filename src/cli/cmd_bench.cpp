@@ -32,7 +32,7 @@
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 #include "kev/text/api.h"
 #include "kev/text/json_lines.h"
 

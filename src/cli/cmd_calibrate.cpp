@@ -14,7 +14,7 @@
 #include "kev/acceptance/labels.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 #include "kev/text/api.h"
 
 namespace kev::cli {

@@ -11,7 +11,7 @@
 #include "cli/scorer_flags.h"
 #include "cli/upstream_env.h"
 #include "kev/core/error.h"
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 #include "kev/text/request_decoder.h"
 
 namespace kev::cli {

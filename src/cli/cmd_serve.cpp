@@ -106,9 +106,10 @@ int run_serve(ServeCliOptions& o) {
   HttpServer server(o.serve);
   const int port = server.bind();
   server.start();  // /health/live answers, /health/ready and /v1/* say "loading"
-  BundleInfo bundle = read_bundle_info(o.bundle);
+  const Bundle opened = open_bundle(o.bundle);
+  BundleInfo bundle = opened.info();
   const std::string model = bundle.model;
-  scorer.emplace(o.bundle, o.scorer);
+  scorer.emplace(opened, o.scorer);
   check_interrupted();  // a signal during loading: nothing was accepted for scoring yet
 
   server.set_ready(*scorer, std::move(bundle));

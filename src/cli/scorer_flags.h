@@ -10,7 +10,7 @@
 #include "cli/options.h"
 #include "kev/core/error.h"
 
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 
 namespace kev::cli {
 

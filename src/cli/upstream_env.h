@@ -14,7 +14,7 @@
 #include <string>
 
 #include "kev/core/error.h"
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 
 namespace kev::cli {
 

@@ -118,7 +118,10 @@ PointerHead PointerHead::from_safetensors(const std::string& path, double temper
 }
 
 PointerHead PointerHead::load_bundle(const std::string& dir) {
-  const BundleManifest manifest = read_bundle_manifest(dir);
+  return load_bundle(dir, read_bundle_manifest(dir));
+}
+
+PointerHead PointerHead::load_bundle(const std::string& dir, const BundleManifest& manifest) {
   const std::string head_path = dir + "/head.safetensors";
   const std::optional<double> t = manifest.temperature();
   if (!t) fail(ErrorKind::kBadInput, "{}: \"temperature\" is missing", manifest.path);

@@ -100,10 +100,11 @@ void Model::set_options(const ForwardOptions& o) {
   if (o.precision == Precision::kInt8 && !int8_) int8_ = prepare_int8(*weights_, o.threads);
 }
 
-std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options) {
+std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options,
+                                   const BundleManifest* manifest) {
   // An export bundle that records something this kev does not implement is refused here, so
   // kev forward refuses it as kev score and serve do (a base model directory has no manifest).
-  if (has_bundle_manifest(model_dir)) read_bundle_manifest(model_dir);
+  if (!manifest && has_bundle_manifest(model_dir)) read_bundle_manifest(model_dir);
   return std::make_unique<Model>(ModelWeights::load(model_dir), options);
 }
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 #include "kev/text/api.h"
 
 namespace kev {

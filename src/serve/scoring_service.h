@@ -29,7 +29,7 @@
 #include "kev/serve/admission.h"
 #include "kev/serve/http_server.h"
 #include "kev/serve/metrics.h"
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 #include "kev/text/request_decoder.h"
 #include "serve/admission_memory.h"
 #include "serve/reply.h"

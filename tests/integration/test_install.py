@@ -40,7 +40,7 @@ def test_layout(prefix):
     assert os.access(prefix / "bin" / "kev", os.X_OK)
     assert run_kev("--version").stdout == subprocess.run([prefix / "bin" / "kev", "--version"],
                                                          capture_output=True, text=True).stdout
-    for header in ["kev/serve/scorer.h", "kev/core/error.h", "kev/model/model.h"]:
+    for header in ["kev/score/scorer.h", "kev/core/error.h", "kev/model/model.h"]:
         assert (prefix / "include" / header).is_file()
     assert (prefix / "lib" / "libkev_core.a").is_file()
     assert (prefix / "lib" / "cmake" / "kev" / "kevConfig.cmake").is_file()

@@ -37,6 +37,7 @@
 
 #include "kev/cpu/head_kernels.h"  // head_isa(): the variant used by default
 #include "kev/cpu/isa.h"
+#include "kev/formats/bundle_manifest.h"
 
 namespace kev {
 
@@ -82,6 +83,8 @@ class PointerHead {
   // kUnsupported, check_bundle_supported in formats/checkpoint_fields.h): kev score, kev serve
   // and kev head never run a bundle from a newer kev.
   static PointerHead load_bundle(const std::string& dir);
+  // The same against a manifest the caller has read already (score/bundle.h).
+  static PointerHead load_bundle(const std::string& dir, const BundleManifest& manifest);
 
   size_t hidden() const { return w_.hidden; }
   size_t pointer_dim() const { return w_.pointer_dim; }

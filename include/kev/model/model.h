@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "kev/formats/bundle_manifest.h"
 #include "kev/model/config.h"
 #include "kev/model/weights.h"
 
@@ -129,7 +130,10 @@ struct RowResult {
 
 class Model {
  public:
-  static std::unique_ptr<Model> load(const std::string& model_dir, ForwardOptions options = {});
+  // A model directory or export bundle; a bundle's manifest is read (and what this kev does not
+  // implement refused) unless the caller passes the one it has read already (score/bundle.h).
+  static std::unique_ptr<Model> load(const std::string& model_dir, ForwardOptions options = {},
+                                     const BundleManifest* manifest = nullptr);
   explicit Model(std::unique_ptr<ModelWeights> weights, ForwardOptions options = {});
   ~Model();
 

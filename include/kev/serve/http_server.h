@@ -59,7 +59,8 @@
 #include <memory>
 #include <string>
 
-#include "kev/serve/scorer.h"
+#include "kev/score/bundle.h"
+#include "kev/score/scorer.h"
 
 namespace kev {
 
@@ -101,16 +102,6 @@ struct ServeOptions {
   std::function<void(size_t)> on_batch;
 };
 
-// What GET /v1/models says of the served bundle, from its manifest (kev_export.json).
-struct BundleInfo {
-  std::string model;         // "model"
-  std::string run;           // checkpoint.repo (upstream: the run or Hub id served)
-  std::string base;          // base.repo
-  int64_t lora_rank = 0;     // lora.rank
-  double temperature = 1.0;  // "temperature"
-  std::string release_date;  // YYYY-MM-DD (UTC) head.safetensors was written
-};
-
 class HttpServer {
  public:
   explicit HttpServer(ServeOptions options);
@@ -140,8 +131,5 @@ class HttpServer {
  private:
   std::shared_ptr<Impl> impl_;
 };
-
-// What GET /v1/models says of a bundle, from its manifest (formats/bundle_manifest.h).
-BundleInfo read_bundle_info(const std::string& bundle_dir);
 
 }  // namespace kev

@@ -2,7 +2,7 @@
 // prints the response; kev_consumer --sha256 TEXT prints kev::sha256_hex(TEXT).
 #include <kev/core/error.h>
 #include <kev/core/sha256.h>
-#include <kev/serve/scorer.h>
+#include <kev/score/scorer.h>
 
 #include <cstdio>
 #include <iostream>

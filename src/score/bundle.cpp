@@ -1,12 +1,10 @@
-// BundleInfo (kev/serve/http_server.h): what GET /v1/models says of the served bundle, from its
-// manifest kev_export.json.
+// A bundle opened once (kev/score/bundle.h).
 #include <sys/stat.h>
 
 #include <ctime>
 
 #include "kev/core/error.h"
-#include "kev/formats/bundle_manifest.h"
-#include "kev/serve/http_server.h"
+#include "kev/score/bundle.h"
 
 namespace kev {
 namespace {
@@ -23,8 +21,10 @@ std::string utc_date(const std::string& path) {
 
 }  // namespace
 
-BundleInfo read_bundle_info(const std::string& bundle_dir) {
-  const BundleManifest m = read_bundle_manifest(bundle_dir);
+Bundle open_bundle(const std::string& dir) { return Bundle{dir, read_bundle_manifest(dir)}; }
+
+BundleInfo Bundle::info() const {
+  const BundleManifest& m = manifest;
   BundleInfo info;
   info.model = m.model();
   info.base = m.repo_of("base");
@@ -32,7 +32,7 @@ BundleInfo read_bundle_info(const std::string& bundle_dir) {
   if (info.run.empty()) info.run = info.model;
   info.lora_rank = m.lora_rank().value_or(0);
   info.temperature = m.temperature().value_or(1.0);
-  info.release_date = utc_date(bundle_dir + "/head.safetensors");
+  info.release_date = utc_date(dir + "/head.safetensors");
   return info;
 }
 

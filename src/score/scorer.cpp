@@ -1,4 +1,4 @@
-#include "kev/serve/scorer.h"
+#include "kev/score/scorer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -33,15 +33,19 @@ std::vector<CacheBuffer> cache_buffers(const PrefixState& s) {
 }  // namespace
 
 Scorer::Scorer(const std::string& bundle_dir, ScorerOptions options)
+    : Scorer(open_bundle(bundle_dir), options) {}
+
+Scorer::Scorer(const Bundle& bundle, ScorerOptions options)
     : options_(options),
-      tokenizer_(Tokenizer::from_file(bundle_dir + "/tokenizer.json")),
+      tokenizer_(Tokenizer::from_file(bundle.dir + "/tokenizer.json")),
       delimiters_(delimiters_of(tokenizer_)),
-      model_(Model::load(bundle_dir, options.forward)),
-      head_(PointerHead::load_bundle(bundle_dir)),
+      model_(Model::load(bundle.dir, options.forward, &bundle.manifest)),
+      head_(PointerHead::load_bundle(bundle.dir, bundle.manifest)),
       cache_(std::make_unique<PrefixCache<PrefixState>>(
           PrefixCacheLimits{options.cache_entries, options.cache_tokens, options.cache_bytes})) {
   if (options.temperature != 0) head_.set_temperature(options.temperature);
   const ModelConfig& c = model_->config();
+  const std::string& bundle_dir = bundle.dir;
   if (static_cast<int64_t>(head_.hidden()) != c.hidden)
     fail(ErrorKind::kBadInput,
          "{}: head.safetensors expects hidden size {} but config.json says {}", bundle_dir,

@@ -42,7 +42,8 @@
 
 #include "kev/head/pointer_head.h"
 #include "kev/model/model.h"
-#include "kev/serve/prefix_cache.h"
+#include "kev/score/bundle.h"
+#include "kev/score/prefix_cache.h"
 #include "kev/text/api.h"
 #include "kev/text/encoding.h"
 #include "kev/text/tokenizer.h"
@@ -99,7 +100,8 @@ struct ScoreOutcome {
 
 class Scorer {
  public:
-  Scorer(const std::string& bundle_dir, ScorerOptions options = {});
+  Scorer(const std::string& bundle_dir, ScorerOptions options = {});  // open_bundle(dir)
+  Scorer(const Bundle& bundle, ScorerOptions options = {});
   ScoreResult score(std::string_view request_json) const;
   // gone(), when given, is asked at the safe points where work can stop without leaving anything
   // half-made: between the state prefix and the rows, and inside a long state's prefill before

@@ -1,4 +1,4 @@
-#include "kev/serve/prefix_cache.h"
+#include "kev/score/prefix_cache.h"
 
 #include <gtest/gtest.h>
 
