@@ -5,12 +5,14 @@
 // Every float is printed in its shortest round-trip form. Bad input refuses the whole request.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,10 +31,21 @@ struct HeadOptions {
   std::string isa = "auto";
 };
 
+// "auto", then this build's levels (cpu/isa.h arch_isas()), lowest first.
+std::vector<std::string> isa_choices() {
+  std::vector<std::string> out{"auto"};
+  for (Isa isa : arch_isas()) out.emplace_back(isa_name(isa));
+  return out;
+}
+
 Isa parse_isa_option(const std::string& name) {
   if (name == "auto") return head_isa();
-  if (std::optional<Isa> isa = parse_isa(name)) return *isa;
-  fail(ErrorKind::kBadInput, "--isa must be auto, portable, avx2 or avx512, got {}", name);
+  std::optional<Isa> isa = parse_isa(name);
+  const std::span<const Isa> levels = arch_isas();
+  if (!isa || std::find(levels.begin(), levels.end(), *isa) == levels.end())
+    fail(ErrorKind::kBadInput, "--isa must be one of {}, got {}", fmt::join(isa_choices(), ", "),
+         name);
+  return *isa;
 }
 
 // Appends one JSON array of d numbers to `out` as floats; `what` names it in errors.
@@ -132,8 +145,9 @@ const bool registered = register_command(
                      "kev_export.json)")
           ->check(path())
           ->required();
-      app.add_option("--isa", opts->isa, "kernel variant: auto, portable, avx2, avx512")
-          ->check(one_of({"auto", "portable", "avx2", "avx512"}));
+      app.add_option("--isa", opts->isa,
+                     "kernel variant: " + fmt::format("{}", fmt::join(isa_choices(), ", ")))
+          ->check(one_of(isa_choices()));
       return [opts] { return run_head(*opts); };
     });
 

@@ -21,7 +21,9 @@ std::string utc_date(const std::string& path) {
 
 }  // namespace
 
-Bundle open_bundle(const std::string& dir) { return Bundle{dir, read_bundle_manifest(dir)}; }
+Bundle open_bundle(const std::string& dir) {
+  return Bundle{dir, read_bundle_manifest(dir)};
+}
 
 BundleInfo Bundle::info() const {
   const BundleManifest& m = manifest;

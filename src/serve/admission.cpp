@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 namespace kev {
 namespace {
@@ -15,23 +16,28 @@ using Clock = Admission::Clock;
 // Bodies in one batch after which the freed memory is returned to the system (see work()).
 constexpr size_t kTrimAfterBytes = 1 << 20;
 
-// Runs f on a worker or the sweeper; an exception (only out of memory can get here: the runner
-// turns every scoring error into a reply) is logged instead of ending the thread.
-template <class F>
-void guarded(const char* what, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kev serve: internal error while %s: %s\n", what, e.what());
-  } catch (...) {
-    std::fprintf(stderr, "kev serve: internal error while %s\n", what);
-  }
-}
-
 }  // namespace
 
-void Admission::start(Runner runner) {
+template <class F>
+void Admission::guarded(const char* what, F&& f) const {
+  std::string line;
+  try {
+    f();
+    return;
+  } catch (const std::exception& e) {
+    line = std::string("kev serve: internal error while ") + what + ": " + e.what();
+  } catch (...) {
+    line = std::string("kev serve: internal error while ") + what;
+  }
+  if (log_)
+    log_(std::move(line));
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void Admission::start(Runner runner, Log log) {
   runner_ = std::move(runner);
+  log_ = std::move(log);
   for (size_t i = 0; i < max_inflight_; ++i) threads_.emplace_back([this] { work(); });
   threads_.emplace_back([this] { sweep(); });
 }

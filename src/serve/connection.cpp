@@ -66,7 +66,6 @@ class HttpConnection final : public Connection,
     wait_request();
   }
 
-  Phase phase() const { return phase_; }
   // Waiting for a next request with nothing of it received: no bytes in our buffer or in the
   // kernel's, so closing it cannot drop a request the client has already sent.
   bool idle() override {

@@ -178,10 +178,6 @@ constexpr Route kRoutes[] = {
 
 }  // namespace
 
-std::span<const Route> routes() {
-  return kRoutes;
-}
-
 const Route* find_route(std::string_view path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;

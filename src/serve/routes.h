@@ -8,7 +8,6 @@
 // (server_state.h) and must run on the I/O thread (/metrics reads the connection count).
 #pragma once
 #include <boost/beast/http.hpp>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,11 +27,9 @@ struct Route {
   Endpoint endpoint;                                // what a scored route asks for
 };
 
-// Every route, in the order of their metric labels.
-std::span<const Route> routes();
 // The route whose path is exactly `path`, else null.
 const Route* find_route(std::string_view path);
-// The paths of routes(), for metric labels.
+// The path of every route, in the order of their metric labels.
 std::vector<std::string> route_names();
 
 // Starlette's CORS preflight (allow_origins/methods/headers "*"): the answer to an OPTIONS with

@@ -26,10 +26,10 @@
 #include <variant>
 #include <vector>
 
+#include "kev/score/scorer.h"
 #include "kev/serve/admission.h"
 #include "kev/serve/http_server.h"
 #include "kev/serve/metrics.h"
-#include "kev/score/scorer.h"
 #include "kev/text/request_decoder.h"
 #include "serve/admission_memory.h"
 #include "serve/reply.h"

@@ -25,7 +25,8 @@
 // - stop(): the workers run every task still queued (drain), then every thread is joined.
 // Ownership: the queue owns each task until a worker or the sweeper takes it. Thread-safe:
 // submit() and counts() from any thread; runner and refuse never run under Admission's lock; an
-// exception they throw on Admission's threads is logged on stderr, the thread goes on.
+// exception they throw on Admission's threads is logged through start()'s `log` (the server's
+// log thread; stderr when none is given), the thread goes on.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -34,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -65,7 +67,9 @@ class Admission {
   Admission(const Admission&) = delete;
   Admission& operator=(const Admission&) = delete;
 
-  void start(Runner runner);
+  // One line (no newline) about an internal error.
+  using Log = std::function<void(std::string)>;
+  void start(Runner runner, Log log = {});
   // false: full (the caller answers 503 at once). A worker that is free takes the task at once;
   // beyond the busy workers, at most max_queue tasks wait (a fresh task may displace the newest
   // backlogged one).
@@ -88,7 +92,13 @@ class Admission {
 
   const size_t max_inflight_, max_queue_, max_batch_;
   const Clock::duration wait_;
+  // f() on a worker or the sweeper; what it throws (only out of memory can get there: the runner
+  // turns every scoring error into a reply) is logged instead of ending the thread.
+  template <class F>
+  void guarded(const char* what, F&& f) const;
+
   Runner runner_;
+  Log log_;
   mutable std::mutex mutex_;
   std::condition_variable work_cv_, sweep_cv_;
   std::deque<Job> fresh_, backlog_;  // each in arrival (= deadline) order

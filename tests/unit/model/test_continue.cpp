@@ -1,4 +1,4 @@
-// The prefix-reuse contract (model.h, serve/scorer.h): a state continued from a saved point is
+// The prefix-reuse contract (model.h, score/scorer.h): a state continued from a saved point is
 // bitwise the state computed in one pass, and so are the hidden states of the continuation and
 // of rows run on it. Checked in every precision mode with the recurrent GDN form from any point,
 // and with the chunked form from multiples of its chunk (the only points the scorer uses there).
