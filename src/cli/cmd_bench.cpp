@@ -32,6 +32,7 @@
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
+#include "kev/core/utc_time.h"
 #include "kev/score/scorer.h"
 #include "kev/text/api.h"
 #include "kev/text/json_lines.h"
@@ -295,15 +296,6 @@ std::vector<Reply> run_pass(Target& target, const std::vector<Request>& requests
   return replies;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 nlohmann::json machine() {
   utsname u{};
   uname(&u);
@@ -404,7 +396,7 @@ int run_bench(const BenchOptions& o) {
   }
 
   nlohmann::json meta = {{"kev_version", KEV_VERSION},
-                         {"started_at", utc_now()},
+                         {"started_at", utc_timestamp(std::chrono::system_clock::now(), false)},
                          {"requests_file", o.requests},
                          {"requests_sha256", sha256_file(o.requests)},
                          {"requests", requests.size()},
@@ -479,7 +471,10 @@ int run_bench(const BenchOptions& o) {
   if (out) {
     OrderedJson ls = OrderedJson::array();
     for (const LevelSummary& s : levels) ls.push_back(level_json(s));
-    *out << OrderedJson{{"kev_bench_summary", {{"levels", ls}, {"finished_at", utc_now()}}}}.dump()
+    *out << OrderedJson{{"kev_bench_summary",
+                         {{"levels", ls},
+                          {"finished_at", utc_timestamp(std::chrono::system_clock::now(), false)}}}}
+                .dump()
          << "\n";
     out->close();
     if (!*out) fail(ErrorKind::kIo, "{}: cannot write the results", o.out);

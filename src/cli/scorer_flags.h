@@ -27,12 +27,17 @@ inline CLI::Option* add_precision_flag(CLI::App& app, Precision& p) {
 
 // `--temperature T` (or KEV_TEMPERATURE, as upstream's server reads it): replaces the bundle's
 // calibration temperature; 1.0 gives raw probabilities. Unset: the bundle's.
+// One rule for the flag and the variable: a finite decimal in (0, kMaxTemperature].
+inline CLI::Validator temperature_rule() {
+  return number(0, Bound::kOpen, kMaxTemperature, Bound::kClosed);
+}
+
 inline CLI::Option* add_temperature_flag(CLI::App& app, double& t) {
   return app
       .add_option("--temperature", t,
                   "calibration temperature instead of the bundle's (1.0: raw probabilities; "
                   "default: the bundle's; also KEV_TEMPERATURE)")
-      ->check(number(0, Bound::kOpen, kMaxTemperature, Bound::kClosed));
+      ->check(temperature_rule());
 }
 
 // KEV_TEMPERATURE when --temperature (`flag`) was not given (unset or empty: the bundle's). Call
@@ -41,12 +46,12 @@ inline void apply_temperature_env(const CLI::Option* flag, double& t) {
   if (flag && flag->count() > 0) return;
   const char* v = std::getenv("KEV_TEMPERATURE");
   if (!v || !*v) return;
-  char* end = nullptr;
-  const double x = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !std::isfinite(x) || !(x > 0))
-    fail(ErrorKind::kBadInput, "KEV_TEMPERATURE must be a finite number > 0, not \"{}\"",
+  std::string text = v;
+  if (!temperature_rule()(text).empty())
+    fail(ErrorKind::kBadInput,
+         "KEV_TEMPERATURE must be a finite number > 0 and at most {}, not \"{}\"", kMaxTemperature,
          std::string(v).substr(0, 40));
-  t = x;
+  t = std::strtod(v, nullptr);
 }
 
 inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {

@@ -166,4 +166,23 @@ OrderedJson parse_json_strict(std::string_view text, std::string_view what,
   return builder.take();
 }
 
+namespace {
+
+// Whether v nests at most `depth` containers deep (checked without unbounded recursion).
+bool shallow(const nlohmann::json& v, int depth) {
+  if (v.is_primitive()) return true;
+  if (depth == 0) return false;
+  for (const auto& child : v)  // for an object: its values
+    if (!shallow(child, depth - 1)) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string shown_json(const nlohmann::json& v) {
+  if (!shallow(v, 2)) return std::string(v.type_name());
+  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return s.size() > 80 ? s.substr(0, 80) + "..." : s;
+}
+
 }  // namespace kev

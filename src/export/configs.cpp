@@ -7,29 +7,13 @@
 #include <set>
 
 #include "kev/core/error.h"
+#include "kev/core/json_strict.h"
 #include "kev/export/recipe.h"
 
 namespace kev {
 namespace {
 
 using Json = nlohmann::json;
-
-// Whether v nests at most `depth` containers deep (checked without unbounded recursion).
-bool shallow(const Json& v, int depth) {
-  if (v.is_primitive()) return true;
-  if (depth == 0) return false;
-  for (const auto& child : v)  // for an object: its values
-    if (!shallow(child, depth - 1)) return false;
-  return true;
-}
-
-// A value for an error message, shortened; deeply nested containers are named by type, since
-// dump() recurses and a deeply nested value would overflow the stack.
-std::string shown(const Json& v) {
-  if (!shallow(v, 2)) return std::string(v.type_name());
-  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return s.size() > 80 ? s.substr(0, 80) + "..." : s;
-}
 
 Json parse_object(std::string_view text, const std::string& name) {
   Json j = Json::parse(text, nullptr, false);
@@ -50,7 +34,7 @@ void require_off(const Json& obj, const char* key, const char* what, const std::
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) return;
   fail(ErrorKind::kUnsupported, "{}: \"{}\" is {} ({}); only plain LoRA adapters can be merged",
-       name, key, shown(*it), what);
+       name, key, shown_json(*it), what);
 }
 
 // A collection that must be absent, null or empty.
@@ -59,7 +43,7 @@ void require_empty(const Json& obj, const char* key, const char* what, const std
   if (it == obj.end() || it->is_null() || ((it->is_object() || it->is_array()) && it->empty()))
     return;
   fail(ErrorKind::kUnsupported, "{}: \"{}\" is {} ({}); only plain LoRA adapters can be merged",
-       name, key, shown(*it), what);
+       name, key, shown_json(*it), what);
 }
 
 // null, false, "", [] or {}: what PEFT writes for a feature left off.
@@ -127,7 +111,7 @@ BaseTextConfig parse_base_text_config(std::string_view text, const std::string& 
       fail(ErrorKind::kUnsupported,
            "{}: layer_types[{}] is {}; expected \"full_attention\" or "
            "\"linear_attention\"",
-           name, i, shown(t));
+           name, i, shown_json(t));
   }
   return c;
 }
@@ -137,7 +121,7 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
   auto pt = j.find("peft_type");
   if (pt == j.end() || *pt != "LORA")
     fail(ErrorKind::kUnsupported, "{}: \"peft_type\" is {}; only \"LORA\" adapters can be merged",
-         name, pt == j.end() ? std::string("missing") : shown(*pt));
+         name, pt == j.end() ? std::string("missing") : shown_json(*pt));
   LoraConfig c;
   c.rank = positive_int(j, "r", name);
   auto alpha = j.find("lora_alpha");
@@ -171,7 +155,7 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
            "(true, false, \"gaussian\", \"eva\", \"orthogonal\") can be merged: a PiSSA, OLoRA, "
            "CorDA or LoftQ adapter not converted to plain LoRA when saved is relative to a "
            "modified base",
-           name, shown(*init));
+           name, shown_json(*init));
   }
   // Every other key PEFT writes is either provenance or the setting of a feature refused above.
   // A key kev does not know is accepted only at a value that means "off" (what PEFT writes for
@@ -181,11 +165,11 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
     fail(ErrorKind::kUnsupported,
          "{}: \"{}\" is {}, a PEFT setting kev does not know; kev refuses it rather than guess "
          "whether it changes the merge (only plain LoRA adapters can be merged)",
-         name, key, shown(v));
+         name, key, shown_json(v));
   }
   if (auto b = j.find("bias"); b != j.end() && *b != "none")
     fail(ErrorKind::kUnsupported, "{}: \"bias\" is {}; only bias \"none\" adapters can be merged",
-         name, shown(*b));
+         name, shown_json(*b));
   auto tm = j.find("target_modules");
   if (tm == j.end() || !tm->is_array() || tm->empty())
     fail(ErrorKind::kUnsupported,
@@ -196,7 +180,7 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
   for (const Json& m : *tm) {
     if (!m.is_string()) fail(ErrorKind::kBadInput, "{}: target_modules holds a non-string", name);
     if (!seen.insert(m.get<std::string>()).second)
-      fail(ErrorKind::kBadInput, "{}: target_modules lists {} twice", name, shown(m));
+      fail(ErrorKind::kBadInput, "{}: target_modules lists {} twice", name, shown_json(m));
     c.target_modules.push_back(m.get<std::string>());
   }
   return c;
@@ -213,7 +197,7 @@ BaseIndex parse_base_index(std::string_view text, const std::string& name) {
     if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>()) ||
         !shard.get<std::string>().ends_with(".safetensors"))
       fail(ErrorKind::kBadInput, "{}: tensor {} maps to {}, not a plain .safetensors file name",
-           name, tensor, shown(shard));
+           name, tensor, shown_json(shard));
     idx.weight_map[tensor] = shard.get<std::string>();
     shards.insert(shard.get<std::string>());
   }

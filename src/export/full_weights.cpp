@@ -10,6 +10,7 @@
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
+#include "kev/core/json_strict.h"
 #include "kev/core/sha256.h"
 
 namespace kev {
@@ -21,11 +22,6 @@ using Json = nlohmann::json;
 // a full-weight checkpoint is save_pretrained of the text model itself and carries none.
 constexpr const char* kKnownPrefixes[] = {"model.language_model.", "language_model.model.",
                                           "model.", "language_model."};
-
-std::string shown(const Json& v) {
-  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return s.size() > 80 ? s.substr(0, 80) + "..." : s;
-}
 
 int64_t positive(const Json& root, const char* key, const std::string& name) {
   auto it = root.find(key);
@@ -72,7 +68,7 @@ FullConfig parse_full_config(std::string_view text, const std::string& name) {
     fail(ErrorKind::kUnsupported,
          "{}: a full-weight checkpoint is the text model's own config (top-level model_type "
          "\"{}\", no text_config); this one has model_type {}{}",
-         name, kFullModelType, mt == root.end() ? std::string("missing") : shown(*mt),
+         name, kFullModelType, mt == root.end() ? std::string("missing") : shown_json(*mt),
          root.contains("text_config") ? " and a text_config" : "");
   // save_pretrained writes "dtype" (older transformers "torch_dtype"); upstream reads the first
   // present and requires the dtype head.pt names, which for kev is bfloat16.
@@ -83,7 +79,7 @@ FullConfig parse_full_config(std::string_view text, const std::string& name) {
       fail(ErrorKind::kUnsupported,
            "{}: \"{}\" is {}; kev runs full-weight checkpoints stored in bfloat16 only (head.pt's "
            "weights_dtype \"bf16\")",
-           name, key, shown(*it));
+           name, key, shown_json(*it));
     break;
   }
   FullConfig c;

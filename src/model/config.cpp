@@ -6,17 +6,12 @@
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
+#include "kev/core/json_strict.h"
 
 namespace kev {
 namespace {
 
 using Json = nlohmann::json;
-
-// A value for an error message: containers are named by type, since dump() recurses and a
-// deeply nested value would overflow the stack.
-std::string shown(const Json& v) {
-  return v.is_primitive() ? v.dump() : std::string(v.type_name());
-}
 
 int64_t get_int(const Json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
@@ -48,7 +43,7 @@ void parse_rope(const Json& tc, ModelConfig& c, const std::string& where) {
   if (type == rp->end()) type = rp->find("type");
   if (type != rp->end() && !(type->is_string() && *type == "default"))
     fail(ErrorKind::kUnsupported, "{}: rope_type {} is not supported (only \"default\")", where,
-         shown(*type));
+         shown_json(*type));
   if (rp->contains("rope_theta"))
     c.rope_theta = get_number(*rp, "rope_theta", where);
   else
@@ -95,7 +90,7 @@ void parse_layer_types(const Json& tc, ModelConfig& c, const std::string& where)
       else if (t == "linear_attention")
         c.full_attention.push_back(false);
       else
-        fail(ErrorKind::kUnsupported, "{}: layer type {} is not supported", where, shown(t));
+        fail(ErrorKind::kUnsupported, "{}: layer type {} is not supported", where, shown_json(t));
     }
     return;
   }
@@ -122,7 +117,7 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
   if (auto mt = tc.find("model_type"); mt != tc.end()) {
     if (!mt->is_string() || (*mt != "qwen3_5_text" && *mt != "qwen3_5"))
       fail(ErrorKind::kUnsupported, "{}: model_type {} is not supported (expected qwen3_5_text)",
-           where, shown(*mt));
+           where, shown_json(*mt));
   }
   ModelConfig c;
   c.hidden = get_int(tc, "hidden_size", where);
@@ -157,7 +152,7 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
     fail(ErrorKind::kUnsupported, "{}: attention_bias true is not supported", where);
   if (auto a = tc.find("hidden_act"); a != tc.end() && !(a->is_string() && *a == "silu"))
     fail(ErrorKind::kUnsupported, "{}: hidden_act {} is not supported (only silu)", where,
-         shown(*a));
+         shown_json(*a));
   if (auto n = tc.find("num_experts");
       n != tc.end() && n->is_number_integer() && n->get<int64_t>() > 0)
     fail(ErrorKind::kUnsupported, "{}: mixture-of-experts models are not supported", where);

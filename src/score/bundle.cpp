@@ -1,22 +1,17 @@
 // A bundle opened once (kev/score/bundle.h).
 #include <sys/stat.h>
 
-#include <ctime>
-
 #include "kev/core/error.h"
+#include "kev/core/utc_time.h"
 #include "kev/score/bundle.h"
 
 namespace kev {
 namespace {
 
-std::string utc_date(const std::string& path) {
+std::string modified_date(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail(ErrorKind::kIo, "cannot stat {}", path);
-  std::tm tm{};
-  gmtime_r(&st.st_mtime, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", &tm);
-  return buf;
+  return kev::utc_date(st.st_mtime);
 }
 
 }  // namespace
@@ -34,7 +29,7 @@ BundleInfo Bundle::info() const {
   if (info.run.empty()) info.run = info.model;
   info.lora_rank = m.lora_rank().value_or(0);
   info.temperature = m.temperature().value_or(1.0);
-  info.release_date = utc_date(dir + "/head.safetensors");
+  info.release_date = modified_date(dir + "/head.safetensors");
   return info;
 }
 

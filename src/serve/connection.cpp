@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "kev/core/utc_time.h"
 #include "kev/serve/http_framing.h"
 #include "kev/serve/request_id.h"
 #include "serve/server_state.h"
@@ -32,18 +33,6 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kLingerBytes = 1 << 20;  // discarded after an error reply before closing
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr auto kEvictIdleAfter = std::chrono::milliseconds(100);  // see idle_between_requests()
-
-// ISO 8601 UTC with milliseconds, for the JSON request log.
-std::string utc_now() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-}
 
 class HttpConnection final : public Connection,
                              public std::enable_shared_from_this<HttpConnection> {
@@ -462,7 +451,7 @@ class HttpConnection final : public Connection,
     };
     const bool scored = scored_.has_value();
     const ScoreUsage u = scored ? scored_->usage : ScoreUsage{};
-    OrderedJson line = {{"ts", utc_now()},
+    OrderedJson line = {{"ts", utc_timestamp(std::chrono::system_clock::now(), true)},
                         {"request_id", request_id_},
                         {"method", method_.empty() ? OrderedJson() : OrderedJson(method_)},
                         {"path", path_.empty() ? OrderedJson() : OrderedJson(path_)},

@@ -51,7 +51,7 @@ def test_environment_and_flag(bundle):
     # The flag wins over the variable.
     assert all(np.array_equal(a, b)
                for a, b in zip(flag, dists(bundle, "--temperature", "0.75", env={"KEV_TEMPERATURE": "9"})))
-    for bad in ("abc", "0", "-1", "inf", "nan", "1.5x"):
+    for bad in ("abc", "0", "-1", "inf", "nan", "1.5x", "1e7", "0x1p-1"):  # 1e7: over --temperature's maximum
         proc = run_kev("score", "--bundle", bundle, input=open(EXAMPLE).readline(), check=False,
                        env={"KEV_TEMPERATURE": bad})
         assert proc.returncode == 2 and "KEV_TEMPERATURE must be a finite number > 0" in proc.stderr, (bad, proc.stderr)

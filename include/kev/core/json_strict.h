@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 namespace kev {
@@ -32,5 +33,10 @@ struct JsonLimits {
 
 OrderedJson parse_json_strict(std::string_view text, std::string_view what,
                               const JsonLimits& limits = {});
+
+// A value for an error message: its dump (invalid UTF-8 replaced), cut to 80 characters + "...";
+// a value nesting containers more than two deep is named by its type ("array", "object"), since
+// dump() recurses and a deeply nested value would overflow the stack.
+std::string shown_json(const nlohmann::json& v);
 
 }  // namespace kev

@@ -132,6 +132,11 @@ TEST(FullWeights, ConfigMustBeTheTextModelsInBfloat16) {
   // torch_dtype (older transformers) is read where dtype is absent.
   EXPECT_EQ(kind_of([] { parse_full_config(text_config(R"(, "torch_dtype": "float16")"), "c"); }),
             ErrorKind::kUnsupported);
+  // A value nested 200,000 deep is named, not printed (printing recurses: a stack overflow).
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_EQ(kind_of([&] { parse_full_config(text_config(", \"dtype\": " + deep), "c"); }, &msg),
+            ErrorKind::kUnsupported);
+  EXPECT_NE(msg.find("\"dtype\" is array"), std::string::npos) << msg;
 }
 
 TEST(FullWeights, FormFromFilesIsUpstreamsRule) {
