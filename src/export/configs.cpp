@@ -9,6 +9,7 @@
 #include "kev/core/error.h"
 #include "kev/core/json_strict.h"
 #include "kev/export/recipe.h"
+#include "kev/formats/qwen_config.h"
 
 namespace kev {
 namespace {
@@ -95,24 +96,7 @@ BaseTextConfig parse_base_text_config(std::string_view text, const std::string& 
       fail(ErrorKind::kBadInput, "{}: \"attn_output_gate\" must be true or false", name);
     c.attn_output_gate = g->get<bool>();
   }
-  auto lt = tc->find("layer_types");
-  if (lt == tc->end() || !lt->is_array())
-    fail(ErrorKind::kBadInput, "{}: text_config.layer_types must be a list", name);
-  if (static_cast<int64_t>(lt->size()) != c.layers)
-    fail(ErrorKind::kBadInput, "{}: layer_types has {} entries but num_hidden_layers is {}", name,
-         lt->size(), c.layers);
-  for (size_t i = 0; i < lt->size(); ++i) {
-    const Json& t = (*lt)[i];
-    if (t == "full_attention")
-      c.full_attention.push_back(true);
-    else if (t == "linear_attention")
-      c.full_attention.push_back(false);
-    else
-      fail(ErrorKind::kUnsupported,
-           "{}: layer_types[{}] is {}; expected \"full_attention\" or "
-           "\"linear_attention\"",
-           name, i, shown_json(t));
-  }
+  c.full_attention = qwen_full_attention_layers(*tc, c.layers, name);
   return c;
 }
 

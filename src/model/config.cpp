@@ -7,6 +7,7 @@
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/json_strict.h"
+#include "kev/formats/qwen_config.h"
 
 namespace kev {
 namespace {
@@ -78,26 +79,6 @@ void parse_rope(const Json& tc, ModelConfig& c, const std::string& where) {
   }
 }
 
-void parse_layer_types(const Json& tc, ModelConfig& c, const std::string& where) {
-  auto it = tc.find("layer_types");
-  if (it != tc.end()) {
-    if (!it->is_array() || static_cast<int64_t>(it->size()) != c.layers)
-      fail(ErrorKind::kBadInput, "{}: layer_types must list exactly num_hidden_layers = {} entries",
-           where, c.layers);
-    for (const auto& t : *it) {
-      if (t == "full_attention")
-        c.full_attention.push_back(true);
-      else if (t == "linear_attention")
-        c.full_attention.push_back(false);
-      else
-        fail(ErrorKind::kUnsupported, "{}: layer type {} is not supported", where, shown_json(t));
-    }
-    return;
-  }
-  int64_t interval = get_int(tc, "full_attention_interval", where);
-  for (int64_t l = 0; l < c.layers; ++l) c.full_attention.push_back((l + 1) % interval == 0);
-}
-
 }  // namespace
 
 ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& where) {
@@ -157,7 +138,7 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
       n != tc.end() && n->is_number_integer() && n->get<int64_t>() > 0)
     fail(ErrorKind::kUnsupported, "{}: mixture-of-experts models are not supported", where);
   parse_rope(tc, c, where);
-  parse_layer_types(tc, c, where);
+  c.full_attention = qwen_full_attention_layers(tc, c.layers, where);
   return c;
 }
 

@@ -3,7 +3,8 @@
 // field.
 //
 // BaseTextConfig    config.json's text settings (text_config, or top level for text-only
-//                   configs): hidden size, layer count, per-layer attention kind, and the
+//                   configs): hidden size, layer count, per-layer attention kind (by the
+//                   runtime's own rule, formats/qwen_config.h), and the
 //                   sizes that fix every LoRA target's base shape (all required, > 0;
 //                   head_dim defaults to hidden / heads as in the model config).
 // LoraConfig        adapter_config.json: PEFT LoRA only; DoRA, rsLoRA, fan_in_fan_out, biases,

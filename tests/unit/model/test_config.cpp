@@ -3,7 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
+#include <iterator>
+#include <vector>
+
 #include "kev/core/error.h"
+#include "kev/export/configs.h"
 #include "kev/model/config.h"
 
 namespace kev {
@@ -119,6 +124,60 @@ TEST(Config, RefusesUnsupportedSettings) {
     EXPECT_NE(std::string(e.what()).find("attn_output_gate"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("dir/config.json"), std::string::npos);
   }
+}
+
+// The exporter and the runtime read a config's layer kinds by one rule (formats/qwen_config.h):
+// each accepts what the other accepts, with the same kinds, and refuses with the same kind of
+// error. Expected kinds: transformers' rule, full attention where (l + 1) % interval == 0.
+TEST(Config, ExportAndRuntimeReadLayerKindsAlike) {
+  auto outcome = [](const std::function<std::vector<bool>()>& read, std::vector<bool>* kinds) {
+    try {
+      *kinds = read();
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::kInternal;  // accepted
+  };
+  auto with = [](const char* key, const nlohmann::json& v) {
+    auto j = base_4b();
+    if (v.is_null())
+      j["text_config"].erase(key);
+    else
+      j["text_config"][key] = v;
+    return j;
+  };
+  nlohmann::json kinds32 = nlohmann::json::array();
+  for (int l = 0; l < 32; ++l) kinds32.push_back(l % 2 ? "full_attention" : "linear_attention");
+  nlohmann::json bad_kind = kinds32;
+  bad_kind[5] = "sliding_attention";
+  const nlohmann::json configs[] = {
+      base_4b(),                                                       // interval 4
+      with("full_attention_interval", 8),                              // interval 8
+      with("layer_types", kinds32),                                    // explicit
+      with("layer_types", nlohmann::json::array({"full_attention"})),  // wrong count
+      with("layer_types", bad_kind),                                   // unknown kind
+      with("layer_types", "full_attention"),                           // not a list
+      with("full_attention_interval", nullptr),                        // neither
+      with("full_attention_interval", 0),                              // not positive
+  };
+  const ErrorKind expected[] = {ErrorKind::kInternal, ErrorKind::kInternal,    ErrorKind::kInternal,
+                                ErrorKind::kBadInput, ErrorKind::kUnsupported, ErrorKind::kBadInput,
+                                ErrorKind::kBadInput, ErrorKind::kBadInput};
+  for (size_t i = 0; i < std::size(configs); ++i) {
+    const std::string text = configs[i].dump();
+    std::vector<bool> model_kinds, export_kinds;
+    const ErrorKind m = outcome(
+        [&] { return ModelConfig::parse(text, "config.json").full_attention; }, &model_kinds);
+    const ErrorKind e = outcome(
+        [&] { return parse_base_text_config(text, "config.json").full_attention; }, &export_kinds);
+    EXPECT_EQ(m, expected[i]) << i;
+    EXPECT_EQ(e, expected[i]) << i;
+    EXPECT_EQ(model_kinds, export_kinds) << i;
+  }
+  std::vector<bool> kinds;
+  outcome([&] { return ModelConfig::parse(configs[1].dump(), "c").full_attention; }, &kinds);
+  ASSERT_EQ(kinds.size(), 32u);
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(kinds[l], l == 7 || l == 15 || l == 23 || l == 31) << l;
 }
 
 }  // namespace
