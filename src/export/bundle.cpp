@@ -10,6 +10,7 @@
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
+#include "kev/core/json_strict.h"
 #include "kev/core/sha256.h"
 #include "kev/export/recipe.h"
 
@@ -104,8 +105,15 @@ size_t verify_bundle(const std::string& dir) {
   std::string manifest_path = dir + "/" + kManifestFile;
   if (!path_exists(manifest_path))
     fail(ErrorKind::kIntegrity, "{} has no {}; it is not a kev export bundle", dir, kManifestFile);
-  auto m = nlohmann::json::parse(read_file(manifest_path), nullptr, false);
-  if (m.is_discarded() || !m.is_object() || !m.contains("outputs") || !m["outputs"].is_object())
+  // The strict reader, as every bundle reader (formats/bundle_manifest.h): a duplicate key is a
+  // damaged manifest, not the last value silently.
+  OrderedJson m;
+  try {
+    m = parse_json_strict(read_file(manifest_path), manifest_path);
+  } catch (const Error& e) {
+    fail(ErrorKind::kIntegrity, "{} is not a valid manifest ({})", manifest_path, e.what());
+  }
+  if (!m.is_object() || !m.contains("outputs") || !m["outputs"].is_object())
     fail(ErrorKind::kIntegrity, "{} is not a valid manifest (no \"outputs\" object)",
          manifest_path);
   // Only "format" and "outputs" (with string digests, checked per entry below) are read here;

@@ -386,6 +386,19 @@ def test_verify_passes(synth):
     assert "OK" in proc.stdout
 
 
+def test_verify_refuses_a_manifest_with_a_duplicate_key(synth, tmp_path):
+    """A second "outputs" after the real one would make a lenient reader check the attacker's
+    list only: verify reads the manifest with the strict reader, as every bundle reader does."""
+    copy = tmp_path / "dup"
+    shutil.copytree(synth["out"], copy)
+    path = copy / "kev_export.json"
+    text = path.read_text()
+    assert text.rstrip().endswith("}")
+    path.write_text(text.rstrip()[:-1] + ', "outputs": {}}\n')
+    proc = kevtest.run_kev("verify", str(copy), check=False)
+    assert proc.returncode == 3 and "duplicate" in proc.stderr, proc.stderr
+
+
 # ---------------------------------------------------------------- refusals
 
 def test_existing_output_refused(synth, tmp_path):

@@ -8,9 +8,9 @@
 // not implement (check_bundle_supported, checkpoint_fields.h: Error kUnsupported). The typed
 // accessors refuse a present key of the wrong type (kBadInput, naming the file and key): a
 // section ("outputs", "dimensions", "base", "checkpoint", "lora") that is not an object, or a
-// value inside one of the wrong type. `kev verify` reads the manifest
-// itself (export/bundle.h): there a damaged manifest is an integrity failure, and verify checks
-// hashes whatever the bundle's fields say. Thread-safe (no shared state).
+// value inside one of the wrong type. `kev verify` (export/bundle.h) reads the manifest with the
+// same strict reader but checks it itself: there a damaged manifest is an integrity failure, and
+// verify checks hashes whatever the bundle's fields say. Thread-safe (no shared state).
 #pragma once
 #include <cstdint>
 #include <optional>
