@@ -2,7 +2,6 @@
 // per-family variables), as JSON: `kev cpu` prints it, `kev bench` records it in its results.
 #pragma once
 #include <nlohmann/json.hpp>
-#include <string_view>
 
 #include "kev/cpu/gemm.h"
 #include "kev/cpu/gemm_avx512.h"
@@ -14,18 +13,12 @@
 
 namespace kev::cli {
 
-// "arch" is this build's architecture; "supported" its levels, then the extensions some kernels
-// use (x86-64: avx512_vnni, avx512_bf16; aarch64: dotprod, sve; none on other targets).
+// "arch" is this build's architecture; "supported" its levels, then the extensions its CPU
+// family folder reports (cpu/isa.h cpu_extensions()).
 inline nlohmann::json cpu_report() {
   nlohmann::json supported = nlohmann::json::object();
   for (Isa isa : arch_isas()) supported[isa_name(isa)] = isa_supported(isa);
-  if (std::string_view(arch_name()) == "aarch64") {
-    supported["dotprod"] = cpu_has_arm_dotprod();
-    supported["sve"] = cpu_has_arm_sve();
-  } else if (std::string_view(arch_name()) == "x86-64") {
-    supported["avx512_vnni"] = cpu_has_avx512_vnni();
-    supported["avx512_bf16"] = cpu_has_avx512_bf16();
-  }
+  for (const CpuExtension& e : cpu_extensions()) supported[e.name] = e.present;
   return {{"arch", arch_name()},
           {"supported", supported},
           {"kernels",

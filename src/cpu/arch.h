@@ -39,6 +39,11 @@ std::span<const Isa> levels();  // lowest first, kPortable first
 bool supports(Isa level);       // the CPU runs this level (kPortable: always)
 enum class Feature { kAvx512Vnni, kAvx512Bf16, kArmDotprod, kArmSve };
 bool has_feature(Feature f);  // an extension some kernels use or `kev cpu` reports
+struct Extension {
+  const char* name;  // as `kev cpu` reports it
+  Feature feature;
+};
+std::span<const Extension> extensions();  // this family's reported extensions, in order
 
 // ---- BF16 x FP32 GEMM (gemm.h) ----
 // y[i * ldy + j] for an mr x nr tile of x rows and weight rows (ldw apart), over all of k_total.

@@ -108,12 +108,11 @@ bool cpu_has_avx512_bf16() {
   return arch::has_feature(arch::Feature::kAvx512Bf16);
 }
 
-bool cpu_has_arm_dotprod() {
-  return arch::has_feature(arch::Feature::kArmDotprod);
-}
-
-bool cpu_has_arm_sve() {
-  return arch::has_feature(arch::Feature::kArmSve);
+std::vector<CpuExtension> cpu_extensions() {
+  std::vector<CpuExtension> out;
+  for (const arch::Extension& e : arch::extensions())
+    out.push_back({e.name, arch::has_feature(e.feature)});
+  return out;
 }
 
 void check_isa_environment() {

@@ -43,9 +43,13 @@ Isa dispatch_isa(const char* family_env);  // best_supported_isa() capped by KEV
 // KEV_ISA=avx2 still turns it off. False on other architectures.
 bool cpu_has_avx512_vnni();  // AVX512_VNNI: vpdpwssd
 bool cpu_has_avx512_bf16();  // AVX512_BF16: vdpbf16ps
-// aarch64 features reported by `kev cpu` (HWCAP); false elsewhere. No kernel uses them yet.
-bool cpu_has_arm_dotprod();  // SDOT/UDOT (asimddp)
-bool cpu_has_arm_sve();      // SVE
+// The extensions the CPU family folder reports beside its levels (`kev cpu`'s "supported":
+// x86-64 avx512_vnni, avx512_bf16; aarch64 dotprod, sve; none on other targets), in its order.
+struct CpuExtension {
+  const char* name;
+  bool present;
+};
+std::vector<CpuExtension> cpu_extensions();
 
 // Refuses (Error, bad input) an unknown value in any of the variables above, so a typo fails at
 // start-up with one sentence rather than at a kernel's first call.

@@ -37,6 +37,12 @@ bool supports(Isa level) {
   }
 }
 
+std::span<const Extension> extensions() {
+  static constexpr Extension kExtensions[] = {{"dotprod", Feature::kArmDotprod},
+                                              {"sve", Feature::kArmSve}};
+  return kExtensions;
+}
+
 bool has_feature(Feature f) {
   switch (f) {
     case Feature::kArmDotprod:

@@ -25,6 +25,10 @@ bool has_feature(Feature) {
   return false;
 }
 
+std::span<const Extension> extensions() {
+  return {};
+}
+
 const GemmVariant* gemm(Isa) {
   return nullptr;
 }

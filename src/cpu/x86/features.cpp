@@ -44,6 +44,12 @@ bool supports(Isa level) {
   }
 }
 
+std::span<const Extension> extensions() {
+  static constexpr Extension kExtensions[] = {{"avx512_vnni", Feature::kAvx512Vnni},
+                                              {"avx512_bf16", Feature::kAvx512Bf16}};
+  return kExtensions;
+}
+
 // The precision-mode extensions count only on top of the AVX-512 level.
 bool has_feature(Feature f) {
   static const bool vnni = supports(Isa::kAvx512) && __builtin_cpu_supports("avx512vnni");
