@@ -8,20 +8,21 @@
 
 namespace kev {
 
-RequestMemory RequestMemory::of(const ModelConfig& c, Precision p) {
+RequestMemory RequestMemory::of(const ModelConfig& c, const ForwardOptions& o) {
   RequestMemory m;
+  m.prefill_step = o.prefill_step;
   size_t attention = 0, gdn = 0;
   for (bool full : c.full_attention) (full ? attention : gdn) += 1;
   m.kv_per_token = 2 * sizeof(float) * static_cast<size_t>(c.kv_heads * c.head_dim) * attention;
   const auto conv = static_cast<size_t>((c.conv_kernel - 1) * c.conv_dim());
   const auto recurrent = static_cast<size_t>(c.lin_v_heads * c.lin_k_dim * c.lin_v_dim);
   m.state_fixed = 2 * sizeof(float) * (conv + recurrent) * gdn;
-  m.workspace_per_token = workspace_bytes_per_token(c, p);
+  m.workspace_per_token = workspace_bytes_per_token(c, o.precision);
   return m;
 }
 
 size_t RequestMemory::need(size_t state_tokens, size_t branch_tokens, size_t longest_branch) const {
-  const size_t prefill = std::min(state_tokens, kPrefillStepTokens);
+  const size_t prefill = std::min(state_tokens, prefill_step);
   const size_t rows = std::min(branch_tokens, std::max(kRowPassTokens, longest_branch));
   return kv_per_token * state_tokens + state_fixed + workspace_per_token * std::max(prefill, rows);
 }

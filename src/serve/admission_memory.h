@@ -7,7 +7,7 @@
 // kv_per_token the attention keys and values (8 * kv_heads * head_dim per attention layer),
 // state_fixed twice every GDN layer's conv and recurrent state (a prefill step holds the state it
 // continues and the one it makes), and the scratch of the widest pass the request runs: its
-// prefill steps (at most kPrefillStepTokens) or its rows (all its branch tokens, at most
+// prefill steps (at most the model's prefill step) or its rows (all its branch tokens, at most
 // kRowPassTokens unless one branch is longer). An upper bound of what the forward allocates for
 // it (model.h), beside the weights, the saved points (--cache-bytes) and the bodies.
 //
@@ -26,8 +26,9 @@ namespace kev {
 
 struct RequestMemory {
   size_t kv_per_token = 0, state_fixed = 0, workspace_per_token = 0;
+  size_t prefill_step = kPrefillStepTokens;  // the model's (ForwardOptions::prefill_step)
 
-  static RequestMemory of(const ModelConfig& c, Precision p);
+  static RequestMemory of(const ModelConfig& c, const ForwardOptions& o);
   // state_tokens: S; branch_tokens: every branch added up; longest_branch: the longest one.
   size_t need(size_t state_tokens, size_t branch_tokens, size_t longest_branch) const;
 };

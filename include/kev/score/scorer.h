@@ -105,7 +105,7 @@ class Scorer {
   ScoreResult score(std::string_view request_json) const;
   // gone(), when given, is asked at the safe points where work can stop without leaving anything
   // half-made: between the state prefix and the rows, and inside a long state's prefill before
-  // each step of kPrefillStepTokens (model.h) and each saved point; true -> Error(kInterrupted),
+  // each prefill step (model.h ForwardOptions) and each saved point; true -> Error(kInterrupted),
   // no answer (saved points computed before it stay cached).
   ScoreResult score(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
   // Scores jobs together, outcomes in job order: each request is encoded and gets its state
