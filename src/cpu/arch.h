@@ -85,6 +85,12 @@ struct VecVariant {
   void (*dot_rows)(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out);
   // gdn_steps; nullptr: the portable loop of gdn_step.
   void (*gdn_steps)(float* s, int64_t dk, int64_t dv, int64_t len, const vec::GdnTokens& t);
+  // dot_block for n % 16 == 0; nullptr: dot_rows row by row.
+  void (*dot_block)(const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx,
+                    int64_t nx, int64_t n, float* out, int64_t ldo);
+  // axpy_block; nullptr: axpy_rows output by output.
+  void (*axpy_block)(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp, const float* x,
+                     int64_t ldx, int64_t rows, int64_t n);
 };
 const VecVariant* vec(Isa level);
 

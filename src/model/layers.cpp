@@ -304,11 +304,12 @@ class Runner {
         threads_);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     // Blocked: a task is a block of up to kQueryRows query rows of one segment with the query
-    // heads of one key/value head, and walks the keys and values in blocks of kKeyRows, so each
-    // block is read from memory once per task instead of once per query row and head. Every
-    // score is still one dot of its own (vec.h dot_rows: bit for bit dot()), every row's softmax
-    // runs over its whole score vector in key order, and every output sums p_j v_j in key order
-    // (axpy_rows: the repeated axpy): the bits do not depend on the blocking.
+    // heads of one key/value head (its "pairs", packed contiguously), and walks the keys and
+    // values in blocks of kKeyRows, so each block is read from memory once per task and each
+    // key or value row read serves several pairs (dot_block, axpy_block). Every score is still
+    // one dot of its own (bit for bit dot()), every pair's softmax runs over its whole score
+    // vector in key order, and every output sums p_j v_j in key order (axpy_rows' order): the
+    // bits do not depend on the blocking.
     constexpr int64_t kQueryRows = 16, kKeyRows = 128;
     const int64_t group = nh / nkv;
     struct Task {
@@ -335,18 +336,14 @@ class Runner {
             if (!trimmed || read_mask_[z(s.offset + i)]) rows.push_back(i);
           if (rows.empty()) return;
           const int64_t width = past + rows.back() + 1;  // the longest score vector
-          // p[(r * group + h) * width + j]: the scores, then probabilities, of row rows[r] and
-          // query head g * group + h against key j.
-          std::vector<float> p(z(static_cast<int64_t>(rows.size()) * group * width));
-          auto query = [&](int64_t i, int64_t h) {
-            return qb + (s.offset + i) * nh * hd + (g * group + h) * hd;
-          };
-          auto scores = [&](size_t r, int64_t h) {
-            return p.data() + (static_cast<int64_t>(r) * group + h) * width;
-          };
-          auto out = [&](int64_t i, int64_t h) {
-            return ao + (s.offset + i) * nh * hd + (g * group + h) * hd;
-          };
+          // Pair q = r * group + h is row rows[r] with query head g * group + h: its query at
+          // qp + q * hd, its output at op + q * hd, its scores (then probabilities) against key
+          // j at p[q * width + j].
+          const int64_t pairs = static_cast<int64_t>(rows.size()) * group;
+          std::vector<float> qp(z(pairs * hd)), op(z(pairs * hd), 0.0f), p(z(pairs * width));
+          for (size_t r = 0; r < rows.size(); ++r)
+            std::memcpy(qp.data() + static_cast<int64_t>(r) * group * hd,
+                        qb + (s.offset + rows[r]) * nh * hd + g * group * hd, z(group * hd) * 4);
           // Runs fn(key rows [k0, k1) of `base`, at score index at + k0) block by block, for the
           // cached blocks, then this segment's keys up to the block's last row.
           auto over_keys = [&](auto&& keys_of, auto&& fn) {
@@ -360,23 +357,33 @@ class Runner {
             for (int64_t k0 = 0; k0 <= rows.back(); k0 += kKeyRows)
               fn(nullptr, past, k0, std::min(rows.back() + 1, k0 + kKeyRows), true);
           };
+          // Of this segment's own keys a row sees those up to itself (causal): rows before
+          // `whole` end inside [k0, k1) and take their keys pair by pair; the rest see the whole
+          // block and take it together.
+          auto whole_from = [&](int64_t k1, bool own) {
+            size_t r = 0;
+            while (own && r < rows.size() && rows[r] + 1 < k1) ++r;
+            return static_cast<int64_t>(r);
+          };
           const float* own_k = kb + s.offset * kv_w + g * hd;
           const float* own_v = vb + s.offset * kv_w + g * hd;
           over_keys([](const KvBlock& b) { return b.k.data(); },
                     [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
                       if (own) base = own_k;
-                      for (size_t r = 0; r < rows.size(); ++r) {
-                        // This segment's keys: only those up to the row itself (causal).
-                        const int64_t end = own ? std::min(k1, rows[r] + 1) : k1;
-                        if (end <= k0) continue;
-                        for (int64_t h = 0; h < group; ++h)
-                          k_.dot_rows(query(rows[r], h), base + k0 * kv_w, kv_w, end - k0, hd,
-                                      scores(r, h) + at + k0);
+                      const int64_t whole = whole_from(k1, own);
+                      for (int64_t r = 0; r < whole; ++r) {
+                        const int64_t end = std::min(k1, rows[z(r)] + 1);
+                        for (int64_t q = r * group; end > k0 && q < (r + 1) * group; ++q)
+                          k_.dot_rows(qp.data() + q * hd, base + k0 * kv_w, kv_w, end - k0, hd,
+                                      p.data() + q * width + at + k0);
                       }
+                      const int64_t q0 = whole * group;
+                      k_.dot_block(qp.data() + q0 * hd, hd, pairs - q0, base + k0 * kv_w, kv_w,
+                                   k1 - k0, hd, p.data() + q0 * width + at + k0, width);
                     });
           for (size_t r = 0; r < rows.size(); ++r)
             for (int64_t h = 0; h < group; ++h) {
-              float* pr = scores(r, h);
+              float* pr = p.data() + (static_cast<int64_t>(r) * group + h) * width;
               const int64_t n = past + rows[r] + 1;
               float mx = -INFINITY;
               for (int64_t j = 0; j < n; ++j) {
@@ -387,24 +394,29 @@ class Runner {
               float sum = 0.0f;
               for (int64_t j = 0; j < n; ++j) sum += pr[j];
               for (int64_t j = 0; j < n; ++j) pr[j] = pr[j] / sum;
-              float* o = out(rows[r], h);
-              std::fill(o, o + hd, 0.0f);
             }
           over_keys([](const KvBlock& b) { return b.v.data(); },
                     [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
                       if (own) base = own_v;
-                      for (size_t r = 0; r < rows.size(); ++r) {
-                        const int64_t end = own ? std::min(k1, rows[r] + 1) : k1;
-                        if (end <= k0) continue;
-                        for (int64_t h = 0; h < group; ++h)
-                          k_.axpy_rows(out(rows[r], h), scores(r, h) + at + k0, base + k0 * kv_w,
-                                       kv_w, end - k0, hd);
+                      const int64_t whole = whole_from(k1, own);
+                      for (int64_t r = 0; r < whole; ++r) {
+                        const int64_t end = std::min(k1, rows[z(r)] + 1);
+                        for (int64_t q = r * group; end > k0 && q < (r + 1) * group; ++q)
+                          k_.axpy_rows(op.data() + q * hd, p.data() + q * width + at + k0,
+                                       base + k0 * kv_w, kv_w, end - k0, hd);
                       }
+                      const int64_t q0 = whole * group;
+                      k_.axpy_block(op.data() + q0 * hd, hd, pairs - q0,
+                                    p.data() + q0 * width + at + k0, width, base + k0 * kv_w, kv_w,
+                                    k1 - k0, hd);
                     });
-          for (int64_t i : rows)
-            for (int64_t h = 0; h < group; ++h)
-              k_.mul_sigmoid(out(i, h), qg + (s.offset + i) * qg_w + (g * group + h) * 2 * hd + hd,
-                             hd);
+          for (size_t r = 0; r < rows.size(); ++r)
+            for (int64_t h = 0; h < group; ++h) {
+              const int64_t i = rows[r], head = g * group + h;
+              float* o = ao + (s.offset + i) * nh * hd + head * hd;
+              std::memcpy(o, op.data() + (static_cast<int64_t>(r) * group + h) * hd, z(hd) * 4);
+              k_.mul_sigmoid(o, qg + (s.offset + i) * qg_w + head * 2 * hd + hd, hd);
+            }
         },
         threads_);
     if (st) {

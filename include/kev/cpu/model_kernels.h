@@ -55,6 +55,14 @@ class ModelKernels {
                 float* out) const {
     vec::dot_rows_isa(vec_, a, x, ld, rows, n, out);
   }
+  void dot_block(const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx, int64_t nx,
+                 int64_t n, float* out, int64_t ldo) const {
+    vec::dot_block_isa(vec_, a, lda, na, x, ldx, nx, n, out, ldo);
+  }
+  void axpy_block(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp, const float* x,
+                  int64_t ldx, int64_t rows, int64_t n) const {
+    vec::axpy_block_isa(vec_, y, ldy, ny, p, ldp, x, ldx, rows, n);
+  }
   void gdn_steps(float* s, int64_t dk, int64_t dv, int64_t len, const vec::GdnTokens& t) const {
     vec::gdn_steps_isa(vec_, s, dk, dv, len, t);
   }

@@ -27,6 +27,21 @@ void axpy(float* y, float a, const float* x, int64_t n);  // y += a * x
 void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n);
 void scale(float* y, float a, int64_t n);  // y *= a
 
+// The attention kernels, many rows at once with each result's own order unchanged:
+// dot_block: out[i * ldo + j] = dot(a + i * lda, x + j * ldx, n) for i < na, j < nx, bit for bit;
+// axpy_block: axpy_rows(y + i * ldy, p + i * ldp, x, ldx, rows, n) for i < ny, bit for bit.
+// The plain forms run the level the model kernel table picks (AVX2: 2 x 4 dots, and 4 outputs x
+// 16 columns, held in registers so each row read serves several results); the _isa forms a given
+// one (the CPU must support it: Error kUnsupported otherwise).
+void dot_block(const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx, int64_t nx,
+               int64_t n, float* out, int64_t ldo);
+void dot_block_isa(Isa isa, const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx,
+                   int64_t nx, int64_t n, float* out, int64_t ldo);
+void axpy_block(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp, const float* x,
+                int64_t ldx, int64_t rows, int64_t n);
+void axpy_block_isa(Isa isa, float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp,
+                    const float* x, int64_t ldx, int64_t rows, int64_t n);
+
 // The elementwise activations, with fixed_expf (kev/core/fixed_math.h: the same bits on every
 // architecture). The array forms below apply exactly these per element (they vectorize; the
 // bits are the scalar ones).

@@ -124,7 +124,7 @@ void gdn_steps_neon(float* s, int64_t dk, int64_t dv, int64_t len, const vec::Gd
 }  // namespace
 
 const VecVariant* vec(Isa level) {
-  static const VecVariant neon = {Isa::kNeon, &dot_rows_neon, &gdn_steps_neon};
+  static const VecVariant neon = {Isa::kNeon, &dot_rows_neon, &gdn_steps_neon, nullptr, nullptr};
   return level == Isa::kNeon ? &neon : nullptr;
 }
 

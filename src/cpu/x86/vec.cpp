@@ -1,11 +1,12 @@
 // The x86-64 vector kernels (vec.h's order, bit-identical to the portable loops): AVX2 forms of
-// dot_rows and gdn_steps, which AVX-512 CPUs run too.
+// dot_rows, dot_block, axpy_block and gdn_steps, which AVX-512 CPUs run too.
 #include <vector>
 
 #include "cpu/arch.h"
 #include "cpu/portable/gdn_columns.h"
 #include "cpu/x86/target.h"
 #include "cpu/x86/tree16.h"
+#include "kev/cpu/vec.h"
 
 namespace kev::arch {
 namespace {
@@ -112,10 +113,113 @@ KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t 
   }
 }
 
+// One half of the 16 lane sums of dot for two vectors a0, a1 against four rows x0..x3: lanes
+// off .. off + 7 (off 0: dot's lanes 0-7, off 8: lanes 8-15), i ascending, each product rounded
+// before its add. acc[4 * r + c] is (a_r, x_c). n must be a multiple of 16.
+KEV_AVX2 __attribute__((always_inline)) inline void lane_half_2x4(const float* a0, const float* a1,
+                                                                  const float* x0, const float* x1,
+                                                                  const float* x2, const float* x3,
+                                                                  int64_t n, int64_t off,
+                                                                  __m256* acc) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00,
+         c12 = c00, c13 = c00;
+  for (int64_t i = off; i < n; i += 16) {
+    const __m256 u = _mm256_loadu_ps(a0 + i), w = _mm256_loadu_ps(a1 + i);
+    __m256 v = _mm256_loadu_ps(x0 + i);
+    c00 = _mm256_add_ps(c00, _mm256_mul_ps(u, v));
+    c10 = _mm256_add_ps(c10, _mm256_mul_ps(w, v));
+    v = _mm256_loadu_ps(x1 + i);
+    c01 = _mm256_add_ps(c01, _mm256_mul_ps(u, v));
+    c11 = _mm256_add_ps(c11, _mm256_mul_ps(w, v));
+    v = _mm256_loadu_ps(x2 + i);
+    c02 = _mm256_add_ps(c02, _mm256_mul_ps(u, v));
+    c12 = _mm256_add_ps(c12, _mm256_mul_ps(w, v));
+    v = _mm256_loadu_ps(x3 + i);
+    c03 = _mm256_add_ps(c03, _mm256_mul_ps(u, v));
+    c13 = _mm256_add_ps(c13, _mm256_mul_ps(w, v));
+  }
+  acc[0] = c00, acc[1] = c01, acc[2] = c02, acc[3] = c03;
+  acc[4] = c10, acc[5] = c11, acc[6] = c12, acc[7] = c13;
+}
+
+// Tiles of 2 vectors x 4 rows: lanes 0-7 of the 8 dots in one pass, lanes 8-15 in a second
+// (8 accumulators each, 6 loads per 16 operations), then each dot's tree. The four rows of a
+// tile stay in L1 while every vector passes over them. Leftovers run dot_rows_avx2.
+KEV_AVX2 void dot_block_avx2(const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx,
+                             int64_t nx, int64_t n, float* out, int64_t ldo) {
+  const int64_t na2 = na / 2 * 2, nx4 = nx / 4 * 4;
+  for (int64_t j = 0; j < nx4; j += 4) {
+    const float* x0 = x + j * ldx;
+    for (int64_t i = 0; i < na2; i += 2) {
+      const float* a0 = a + i * lda;
+      __m256 lo[8], hi[8];
+      lane_half_2x4(a0, a0 + lda, x0, x0 + ldx, x0 + 2 * ldx, x0 + 3 * ldx, n, 0, lo);
+      lane_half_2x4(a0, a0 + lda, x0, x0 + ldx, x0 + 2 * ldx, x0 + 3 * ldx, n, 8, hi);
+      for (int r = 0; r < 2; ++r)
+        for (int c = 0; c < 4; ++c)
+          out[(i + r) * ldo + j + c] = x86::tree16(lo[4 * r + c], hi[4 * r + c]);
+    }
+  }
+  for (int64_t i = 0; i < na; ++i) {
+    const int64_t j0 = i < na2 ? nx4 : 0;  // the last odd vector takes every row
+    if (j0 < nx) dot_rows_avx2(a + i * lda, x + j0 * ldx, ldx, nx - j0, n, out + i * ldo + j0);
+  }
+}
+
+// Four outputs x 16 columns in 8 accumulators: per row r one load of x_r's 16 columns serves the
+// four outputs (y_i += p_i[r] x_r, r ascending, the product rounded before its add: axpy_rows'
+// order per element). Outputs past the last group of four and columns past the last 16 run
+// axpy_rows.
+KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp,
+                              const float* x, int64_t ldx, int64_t rows, int64_t n) {
+  const int64_t ny4 = ny / 4 * 4, n16 = n / 16 * 16;
+  for (int64_t d = 0; d < n16; d += 16) {
+    for (int64_t i = 0; i < ny4; i += 4) {
+      float* y0 = y + i * ldy + d;
+      float* y1 = y0 + ldy;
+      float* y2 = y1 + ldy;
+      float* y3 = y2 + ldy;
+      const float* p0 = p + i * ldp;
+      const float* p1 = p0 + ldp;
+      const float* p2 = p1 + ldp;
+      const float* p3 = p2 + ldp;
+      __m256 l0 = _mm256_loadu_ps(y0), h0 = _mm256_loadu_ps(y0 + 8);
+      __m256 l1 = _mm256_loadu_ps(y1), h1 = _mm256_loadu_ps(y1 + 8);
+      __m256 l2 = _mm256_loadu_ps(y2), h2 = _mm256_loadu_ps(y2 + 8);
+      __m256 l3 = _mm256_loadu_ps(y3), h3 = _mm256_loadu_ps(y3 + 8);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ldx + d;
+        const __m256 xl = _mm256_loadu_ps(xr), xh = _mm256_loadu_ps(xr + 8);
+        __m256 b = _mm256_broadcast_ss(p0 + r);
+        l0 = _mm256_add_ps(l0, _mm256_mul_ps(b, xl));
+        h0 = _mm256_add_ps(h0, _mm256_mul_ps(b, xh));
+        b = _mm256_broadcast_ss(p1 + r);
+        l1 = _mm256_add_ps(l1, _mm256_mul_ps(b, xl));
+        h1 = _mm256_add_ps(h1, _mm256_mul_ps(b, xh));
+        b = _mm256_broadcast_ss(p2 + r);
+        l2 = _mm256_add_ps(l2, _mm256_mul_ps(b, xl));
+        h2 = _mm256_add_ps(h2, _mm256_mul_ps(b, xh));
+        b = _mm256_broadcast_ss(p3 + r);
+        l3 = _mm256_add_ps(l3, _mm256_mul_ps(b, xl));
+        h3 = _mm256_add_ps(h3, _mm256_mul_ps(b, xh));
+      }
+      _mm256_storeu_ps(y0, l0), _mm256_storeu_ps(y0 + 8, h0);
+      _mm256_storeu_ps(y1, l1), _mm256_storeu_ps(y1 + 8, h1);
+      _mm256_storeu_ps(y2, l2), _mm256_storeu_ps(y2 + 8, h2);
+      _mm256_storeu_ps(y3, l3), _mm256_storeu_ps(y3 + 8, h3);
+    }
+  }
+  for (int64_t i = 0; i < ny; ++i) {
+    const int64_t d0 = i < ny4 ? n16 : 0;
+    if (d0 < n) vec::axpy_rows(y + i * ldy + d0, p + i * ldp, x + d0, ldx, rows, n - d0);
+  }
+}
+
 }  // namespace
 
 const VecVariant* vec(Isa level) {
-  static const VecVariant avx2 = {Isa::kAvx2, &dot_rows_avx2, &gdn_steps_avx2};
+  static const VecVariant avx2 = {Isa::kAvx2, &dot_rows_avx2, &gdn_steps_avx2, &dot_block_avx2,
+                                  &axpy_block_avx2};
   return level == Isa::kAvx2 || level == Isa::kAvx512 ? &avx2 : nullptr;
 }
 

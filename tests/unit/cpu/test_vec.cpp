@@ -157,6 +157,76 @@ TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
   }
 }
 
+// dot_block is one dot per (vector, row) pair, bitwise, on every level this CPU runs (AVX2 in
+// tiles of 2 vectors x 4 rows): counts that are not multiples of the tile, lengths that are not
+// of 16, strides wider than the length and empty blocks included.
+TEST(Vec, DotBlockEqualsDotBitwiseOnEveryIsa) {
+  std::mt19937 rng(33);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  struct Shape {
+    int64_t na, nx, n, lda, ldx, ldo;
+  };
+  for (Isa isa : supported_isas()) {
+    for (Shape sh :
+         {Shape{8, 12, 256, 256, 512, 40}, Shape{5, 7, 256, 300, 256, 9},
+          Shape{3, 4, 32, 32, 48, 4}, Shape{4, 9, 70, 80, 70, 11}, Shape{1, 1, 16, 16, 16, 1},
+          Shape{0, 5, 16, 16, 16, 5}, Shape{6, 0, 16, 16, 16, 1}}) {
+      for (int trial = 0; trial < 8; ++trial) {
+        std::vector<float> a(static_cast<size_t>(std::max<int64_t>(sh.na, 1) * sh.lda)),
+            x(static_cast<size_t>(std::max<int64_t>(sh.nx, 1) * sh.ldx));
+        for (auto& e : a) e = d(rng);
+        for (auto& e : x) e = d(rng);
+        const size_t outs = static_cast<size_t>(std::max<int64_t>(sh.na, 1) * sh.ldo);
+        std::vector<float> got(outs, -7.0f), want(outs, -7.0f);  // untouched cells stay -7
+        vec::dot_block_isa(isa, a.data(), sh.lda, sh.na, x.data(), sh.ldx, sh.nx, sh.n, got.data(),
+                           sh.ldo);
+        for (int64_t i = 0; i < sh.na; ++i)
+          for (int64_t j = 0; j < sh.nx; ++j)
+            want[static_cast<size_t>(i * sh.ldo + j)] =
+                plain_dot(a.data() + i * sh.lda, x.data() + j * sh.ldx, sh.n);
+        ASSERT_EQ(got, want) << isa_name(isa) << " na=" << sh.na << " nx=" << sh.nx
+                             << " n=" << sh.n;
+      }
+    }
+  }
+}
+
+// axpy_block is the repeated axpy for each output (y_i += p_i[r] x_r, r in order, one multiply
+// and one add per element), written out plainly, bitwise, on every level this CPU runs (AVX2 in
+// tiles of 4 outputs x 16 columns).
+TEST(Vec, AxpyBlockMatchesRepeatedUpdateBitwiseOnEveryIsa) {
+  std::mt19937 rng(35);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  struct Shape {
+    int64_t ny, rows, n, ldy, ldp, ldx;
+  };
+  for (Isa isa : supported_isas()) {
+    for (Shape sh : {Shape{8, 128, 256, 256, 300, 512}, Shape{6, 37, 256, 260, 40, 256},
+                     Shape{3, 5, 40, 40, 5, 48}, Shape{5, 9, 70, 72, 9, 70},
+                     Shape{4, 0, 32, 32, 1, 32}, Shape{0, 3, 16, 16, 3, 16}}) {
+      std::vector<float> x(static_cast<size_t>(std::max<int64_t>(sh.rows, 1) * sh.ldx)),
+          p(static_cast<size_t>(std::max<int64_t>(sh.ny, 1) * sh.ldp)),
+          y(static_cast<size_t>(std::max<int64_t>(sh.ny, 1) * sh.ldy));
+      for (auto& e : x) e = d(rng);
+      for (auto& e : p) e = d(rng);
+      for (auto& e : y) e = d(rng);
+      std::vector<float> want = y;
+      for (int64_t i = 0; i < sh.ny; ++i)
+        for (int64_t r = 0; r < sh.rows; ++r)
+          for (int64_t j = 0; j < sh.n; ++j) {
+            float prod =
+                p[static_cast<size_t>(i * sh.ldp + r)] * x[static_cast<size_t>(r * sh.ldx + j)];
+            float& w = want[static_cast<size_t>(i * sh.ldy + j)];
+            w = w + prod;
+          }
+      vec::axpy_block_isa(isa, y.data(), sh.ldy, sh.ny, p.data(), sh.ldp, x.data(), sh.ldx, sh.rows,
+                          sh.n);
+      ASSERT_EQ(y, want) << isa_name(isa) << " ny=" << sh.ny << " rows=" << sh.rows
+                         << " n=" << sh.n;
+    }
+  }
+}
+
 // A level this CPU does not run (another architecture's, or one above this CPU's best) is
 // refused by name, not run.
 TEST(Vec, UnsupportedLevelsAreRefused) {
@@ -182,6 +252,10 @@ TEST(Vec, UnsupportedLevelsAreRefused) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
     EXPECT_NE(std::string(e.what()).find(isa_name(missing)), std::string::npos) << e.what();
   }
+  EXPECT_THROW(vec::dot_block_isa(missing, a.data(), 16, 1, x.data(), 16, 1, 16, out.data(), 1),
+               Error);
+  EXPECT_THROW(vec::axpy_block_isa(missing, out.data(), 1, 1, a.data(), 1, x.data(), 16, 1, 1),
+               Error);
 }
 
 // axpy_rows is the repeated axpy: y += a_0 x_0, then y += a_1 x_1, ... (one multiply and one
