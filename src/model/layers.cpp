@@ -262,6 +262,18 @@ class Runner {
     gemm(g, i_dim, lw.down, ws_.mix.data());
   }
 
+  // Scratch of n floats (zeroed) whose start is 64-byte aligned, so the vector kernels' row
+  // loads do not straddle cache lines.
+  struct AlignedFloats {
+    std::vector<float> raw;
+    float* data;
+    explicit AlignedFloats(size_t n) : raw(n + 16, 0.0f) {
+      void* at = raw.data();
+      size_t space = raw.size() * sizeof(float);
+      data = static_cast<float*>(std::align(64, n * sizeof(float), at, space));
+    }
+  };
+
   // ---- full attention ----
   // Layer `layer`'s cache of a segment's own prefix.
   static const LayerState& layer_in(const Segment& s, int64_t layer) {
@@ -340,9 +352,12 @@ class Runner {
           // qp + q * hd, its output at op + q * hd, its scores (then probabilities) against key
           // j at p[q * width + j].
           const int64_t pairs = static_cast<int64_t>(rows.size()) * group;
-          std::vector<float> qp(z(pairs * hd)), op(z(pairs * hd), 0.0f), p(z(pairs * width));
+          AlignedFloats qp_buf(z(pairs * hd)), op_buf(z(pairs * hd)), p_buf(z(pairs * width));
+          float* const qp = qp_buf.data;
+          float* const op = op_buf.data;
+          float* const p = p_buf.data;
           for (size_t r = 0; r < rows.size(); ++r)
-            std::memcpy(qp.data() + static_cast<int64_t>(r) * group * hd,
+            std::memcpy(qp + static_cast<int64_t>(r) * group * hd,
                         qb + (s.offset + rows[r]) * nh * hd + g * group * hd, z(group * hd) * 4);
           // Runs fn(key rows [k0, k1) of `base`, at score index at + k0) block by block, for the
           // cached blocks, then this segment's keys up to the block's last row.
@@ -374,27 +389,39 @@ class Runner {
                       for (int64_t r = 0; r < whole; ++r) {
                         const int64_t end = std::min(k1, rows[z(r)] + 1);
                         for (int64_t q = r * group; end > k0 && q < (r + 1) * group; ++q)
-                          k_.dot_rows(qp.data() + q * hd, base + k0 * kv_w, kv_w, end - k0, hd,
-                                      p.data() + q * width + at + k0);
+                          k_.dot_rows(qp + q * hd, base + k0 * kv_w, kv_w, end - k0, hd,
+                                      p + q * width + at + k0);
                       }
                       const int64_t q0 = whole * group;
-                      k_.dot_block(qp.data() + q0 * hd, hd, pairs - q0, base + k0 * kv_w, kv_w,
-                                   k1 - k0, hd, p.data() + q0 * width + at + k0, width);
+                      k_.dot_block(qp + q0 * hd, hd, pairs - q0, base + k0 * kv_w, kv_w, k1 - k0,
+                                   hd, p + q0 * width + at + k0, width);
                     });
-          for (size_t r = 0; r < rows.size(); ++r)
+          for (size_t r = 0; r < rows.size(); ++r) {
+            float* const pr0 = p + static_cast<int64_t>(r) * group * width;
+            const int64_t n = past + rows[r] + 1;  // the row's keys: its pairs share them
             for (int64_t h = 0; h < group; ++h) {
-              float* pr = p.data() + (static_cast<int64_t>(r) * group + h) * width;
-              const int64_t n = past + rows[r] + 1;
+              float* pr = pr0 + h * width;
               float mx = -INFINITY;
               for (int64_t j = 0; j < n; ++j) {
                 pr[j] = pr[j] * scale;
                 mx = std::max(mx, pr[j]);
               }
               k_.exp_shifted(pr, mx, n);
-              float sum = 0.0f;
-              for (int64_t j = 0; j < n; ++j) sum += pr[j];
-              for (int64_t j = 0; j < n; ++j) pr[j] = pr[j] / sum;
             }
+            // Each pair's sum in key order; four pairs side by side (independent chains, so
+            // the adds overlap instead of waiting on one another).
+            for (int64_t h0 = 0; h0 < group; h0 += 4) {
+              const float* src[4];
+              for (int64_t u = 0; u < 4; ++u) src[u] = pr0 + std::min(h0 + u, group - 1) * width;
+              float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              for (int64_t j = 0; j < n; ++j)
+                for (int u = 0; u < 4; ++u) sum[u] += src[u][j];
+              for (int64_t h = h0; h < std::min(group, h0 + 4); ++h) {
+                float* pr = pr0 + h * width;
+                for (int64_t j = 0; j < n; ++j) pr[j] = pr[j] / sum[h - h0];
+              }
+            }
+          }
           over_keys([](const KvBlock& b) { return b.v.data(); },
                     [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
                       if (own) base = own_v;
@@ -402,19 +429,18 @@ class Runner {
                       for (int64_t r = 0; r < whole; ++r) {
                         const int64_t end = std::min(k1, rows[z(r)] + 1);
                         for (int64_t q = r * group; end > k0 && q < (r + 1) * group; ++q)
-                          k_.axpy_rows(op.data() + q * hd, p.data() + q * width + at + k0,
-                                       base + k0 * kv_w, kv_w, end - k0, hd);
+                          k_.axpy_rows(op + q * hd, p + q * width + at + k0, base + k0 * kv_w, kv_w,
+                                       end - k0, hd);
                       }
                       const int64_t q0 = whole * group;
-                      k_.axpy_block(op.data() + q0 * hd, hd, pairs - q0,
-                                    p.data() + q0 * width + at + k0, width, base + k0 * kv_w, kv_w,
-                                    k1 - k0, hd);
+                      k_.axpy_block(op + q0 * hd, hd, pairs - q0, p + q0 * width + at + k0, width,
+                                    base + k0 * kv_w, kv_w, k1 - k0, hd);
                     });
           for (size_t r = 0; r < rows.size(); ++r)
             for (int64_t h = 0; h < group; ++h) {
               const int64_t i = rows[r], head = g * group + h;
               float* o = ao + (s.offset + i) * nh * hd + head * hd;
-              std::memcpy(o, op.data() + (static_cast<int64_t>(r) * group + h) * hd, z(hd) * 4);
+              std::memcpy(o, op + (static_cast<int64_t>(r) * group + h) * hd, z(hd) * 4);
               k_.mul_sigmoid(o, qg + (s.offset + i) * qg_w + head * 2 * hd + hd, hd);
             }
         },

@@ -30,7 +30,7 @@ void scale(float* y, float a, int64_t n);  // y *= a
 // The attention kernels, many rows at once with each result's own order unchanged:
 // dot_block: out[i * ldo + j] = dot(a + i * lda, x + j * ldx, n) for i < na, j < nx, bit for bit;
 // axpy_block: axpy_rows(y + i * ldy, p + i * ldp, x, ldx, rows, n) for i < ny, bit for bit.
-// The plain forms run the level the model kernel table picks (AVX2: 2 x 4 dots, and 4 outputs x
+// The plain forms run the level the model kernel table picks (AVX2: 2 x 4 dots, and 6 outputs x
 // 16 columns, held in registers so each row read serves several results); the _isa forms a given
 // one (the CPU must support it: Error kUnsupported otherwise).
 void dot_block(const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx, int64_t nx,

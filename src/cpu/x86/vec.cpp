@@ -166,53 +166,52 @@ KEV_AVX2 void dot_block_avx2(const float* a, int64_t lda, int64_t na, const floa
   }
 }
 
-// Four outputs x 16 columns in 8 accumulators: per row r one load of x_r's 16 columns serves the
-// four outputs (y_i += p_i[r] x_r, r ascending, the product rounded before its add: axpy_rows'
-// order per element). Outputs past the last group of four and columns past the last 16 run
-// axpy_rows.
-KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp,
-                              const float* x, int64_t ldx, int64_t rows, int64_t n) {
-  const int64_t ny4 = ny / 4 * 4, n16 = n / 16 * 16;
-  for (int64_t d = 0; d < n16; d += 16) {
-    for (int64_t i = 0; i < ny4; i += 4) {
-      float* y0 = y + i * ldy + d;
-      float* y1 = y0 + ldy;
-      float* y2 = y1 + ldy;
-      float* y3 = y2 + ldy;
-      const float* p0 = p + i * ldp;
-      const float* p1 = p0 + ldp;
-      const float* p2 = p1 + ldp;
-      const float* p3 = p2 + ldp;
-      __m256 l0 = _mm256_loadu_ps(y0), h0 = _mm256_loadu_ps(y0 + 8);
-      __m256 l1 = _mm256_loadu_ps(y1), h1 = _mm256_loadu_ps(y1 + 8);
-      __m256 l2 = _mm256_loadu_ps(y2), h2 = _mm256_loadu_ps(y2 + 8);
-      __m256 l3 = _mm256_loadu_ps(y3), h3 = _mm256_loadu_ps(y3 + 8);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * ldx + d;
-        const __m256 xl = _mm256_loadu_ps(xr), xh = _mm256_loadu_ps(xr + 8);
-        __m256 b = _mm256_broadcast_ss(p0 + r);
-        l0 = _mm256_add_ps(l0, _mm256_mul_ps(b, xl));
-        h0 = _mm256_add_ps(h0, _mm256_mul_ps(b, xh));
-        b = _mm256_broadcast_ss(p1 + r);
-        l1 = _mm256_add_ps(l1, _mm256_mul_ps(b, xl));
-        h1 = _mm256_add_ps(h1, _mm256_mul_ps(b, xh));
-        b = _mm256_broadcast_ss(p2 + r);
-        l2 = _mm256_add_ps(l2, _mm256_mul_ps(b, xl));
-        h2 = _mm256_add_ps(h2, _mm256_mul_ps(b, xh));
-        b = _mm256_broadcast_ss(p3 + r);
-        l3 = _mm256_add_ps(l3, _mm256_mul_ps(b, xl));
-        h3 = _mm256_add_ps(h3, _mm256_mul_ps(b, xh));
-      }
-      _mm256_storeu_ps(y0, l0), _mm256_storeu_ps(y0 + 8, h0);
-      _mm256_storeu_ps(y1, l1), _mm256_storeu_ps(y1 + 8, h1);
-      _mm256_storeu_ps(y2, l2), _mm256_storeu_ps(y2 + 8, h2);
-      _mm256_storeu_ps(y3, l3), _mm256_storeu_ps(y3 + 8, h3);
+// Y outputs x 16 columns in 2Y accumulators: per row r one load of x_r's 16 columns serves the
+// Y outputs (y_i += p_i[r] x_r, r ascending, the product rounded before its add: axpy_rows'
+// order per element).
+template <int Y>
+KEV_AVX2 __attribute__((always_inline)) inline void axpy_tile(float* y, int64_t ldy, const float* p,
+                                                              int64_t ldp, const float* x,
+                                                              int64_t ldx, int64_t rows) {
+  __m256 lo[Y], hi[Y];
+  for (int i = 0; i < Y; ++i) {
+    lo[i] = _mm256_loadu_ps(y + i * ldy);
+    hi[i] = _mm256_loadu_ps(y + i * ldy + 8);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    const __m256 xl = _mm256_loadu_ps(xr), xh = _mm256_loadu_ps(xr + 8);
+    for (int i = 0; i < Y; ++i) {
+      const __m256 b = _mm256_broadcast_ss(p + i * ldp + r);
+      lo[i] = _mm256_add_ps(lo[i], _mm256_mul_ps(b, xl));
+      hi[i] = _mm256_add_ps(hi[i], _mm256_mul_ps(b, xh));
     }
   }
-  for (int64_t i = 0; i < ny; ++i) {
-    const int64_t d0 = i < ny4 ? n16 : 0;
-    if (d0 < n) vec::axpy_rows(y + i * ldy + d0, p + i * ldp, x + d0, ldx, rows, n - d0);
+  for (int i = 0; i < Y; ++i) {
+    _mm256_storeu_ps(y + i * ldy, lo[i]);
+    _mm256_storeu_ps(y + i * ldy + 8, hi[i]);
   }
+}
+
+// Columns in slices of 16 (each slice of the rows stays in L1 while every output passes over
+// it), outputs six at a time (12 accumulators), the last few four, two or one at a time;
+// columns past the last 16 run axpy_rows.
+KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp,
+                              const float* x, int64_t ldx, int64_t rows, int64_t n) {
+  const int64_t n16 = n / 16 * 16;
+  for (int64_t d = 0; d < n16; d += 16) {
+    int64_t i = 0;
+    for (; i + 6 <= ny; i += 6)
+      axpy_tile<6>(y + i * ldy + d, ldy, p + i * ldp, ldp, x + d, ldx, rows);
+    for (; i + 4 <= ny; i += 4)
+      axpy_tile<4>(y + i * ldy + d, ldy, p + i * ldp, ldp, x + d, ldx, rows);
+    for (; i + 2 <= ny; i += 2)
+      axpy_tile<2>(y + i * ldy + d, ldy, p + i * ldp, ldp, x + d, ldx, rows);
+    for (; i < ny; ++i) axpy_tile<1>(y + i * ldy + d, ldy, p + i * ldp, ldp, x + d, ldx, rows);
+  }
+  if (n16 < n)
+    for (int64_t i = 0; i < ny; ++i)
+      vec::axpy_rows(y + i * ldy + n16, p + i * ldp, x + n16, ldx, rows, n - n16);
 }
 
 }  // namespace
