@@ -322,7 +322,7 @@ class Runner {
     // one dot of its own (bit for bit dot()), every pair's softmax runs over its whole score
     // vector in key order, and every output sums p_j v_j in key order (axpy_rows' order): the
     // bits do not depend on the blocking.
-    constexpr int64_t kQueryRows = 16, kKeyRows = 128;
+    constexpr int64_t kQueryRows = kAttentionQueryRows, kKeyRows = 128;
     const int64_t group = nh / nkv;
     struct Task {
       size_t seg;
@@ -705,6 +705,11 @@ void run_layers(const ModelWeights& w, const ForwardOptions& options, const Int8
                 const Bf16DotWeights* bf16, std::vector<Segment>& segs, std::vector<float>& out,
                 PrefixState* state_out) {
   Runner(w, options, int8, bf16).run(segs, out, state_out);
+}
+
+size_t attention_scratch_bytes_per_key(const ModelConfig& c, size_t threads) {
+  const auto pairs = static_cast<size_t>(kAttentionQueryRows * (c.heads / c.kv_heads));
+  return threads * pairs * sizeof(float);
 }
 
 size_t workspace_bytes_per_token(const ModelConfig& c, Precision p) {

@@ -2,6 +2,8 @@
 // budget the scoring workers share.
 #include "serve/admission_memory.h"
 
+#include "kev/core/threads.h"
+
 #include <algorithm>
 #include <fstream>
 #include <string>
@@ -18,13 +20,17 @@ RequestMemory RequestMemory::of(const ModelConfig& c, const ForwardOptions& o) {
   const auto recurrent = static_cast<size_t>(c.lin_v_heads * c.lin_k_dim * c.lin_v_dim);
   m.state_fixed = 2 * sizeof(float) * (conv + recurrent) * gdn;
   m.workspace_per_token = workspace_bytes_per_token(c, o.precision);
+  m.attention_per_key =
+      attention_scratch_bytes_per_key(c, o.threads > 0 ? o.threads : default_workers());
   return m;
 }
 
 size_t RequestMemory::need(size_t state_tokens, size_t branch_tokens, size_t longest_branch) const {
   const size_t prefill = std::min(state_tokens, prefill_step);
   const size_t rows = std::min(branch_tokens, std::max(kRowPassTokens, longest_branch));
-  return kv_per_token * state_tokens + state_fixed + workspace_per_token * std::max(prefill, rows);
+  // A query reads at most the state and its own branch: the attention scratch's widest row.
+  return kv_per_token * state_tokens + state_fixed + workspace_per_token * std::max(prefill, rows) +
+         attention_per_key * (state_tokens + longest_branch);
 }
 
 namespace {

@@ -3,12 +3,14 @@
 //
 // RequestMemory: bytes one request holds while it is scored, from the model's dimensions:
 //   need = kv_per_token * S + state_fixed + workspace_per_token * pass_tokens
+//          + attention_per_key * (S + longest branch)
 // S the state's tokens (<state> included; all of them, even those continued from a saved point),
 // kv_per_token the attention keys and values (8 * kv_heads * head_dim per attention layer),
 // state_fixed twice every GDN layer's conv and recurrent state (a prefill step holds the state it
 // continues and the one it makes), and the scratch of the widest pass the request runs: its
 // prefill steps (at most the model's prefill step) or its rows (all its branch tokens, at most
-// kRowPassTokens unless one branch is longer). An upper bound of what the forward allocates for
+// kRowPassTokens unless one branch is longer), and the attention scores of the tasks running at
+// once, which grow with the keys a query reads (attention_scratch_bytes_per_key). An upper bound of what the forward allocates for
 // it (model.h), beside the weights, the saved points (--cache-bytes) and the bodies.
 //
 // MemoryBudget: bytes reserved by the batches being scored, never over the budget. Thread-safe.
@@ -26,6 +28,7 @@ namespace kev {
 
 struct RequestMemory {
   size_t kv_per_token = 0, state_fixed = 0, workspace_per_token = 0;
+  size_t attention_per_key = 0;  // attention_scratch_bytes_per_key at the model's threads
   size_t prefill_step = kPrefillStepTokens;  // the model's (ForwardOptions::prefill_step)
 
   static RequestMemory of(const ModelConfig& c, const ForwardOptions& o);

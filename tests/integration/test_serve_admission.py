@@ -137,8 +137,9 @@ def text_config(bundle):
     return root.get("text_config", root)
 
 
-def memory_need(tc, state_tokens, branch_tokens, longest_branch):
-    """docs/serving.md "Memory of long states", written here from the config (fp32)."""
+def memory_need(tc, state_tokens, branch_tokens, longest_branch, threads=2):
+    """docs/serving.md "Memory of long states", written here from the config (fp32), for a
+    server started with --threads `threads`."""
     layers = tc["num_hidden_layers"]
     if "layer_types" in tc:
         full = [t == "full_attention" for t in tc["layer_types"]]
@@ -159,7 +160,8 @@ def memory_need(tc, state_tokens, branch_tokens, longest_branch):
     ws = 4 * (4 * hidden + 2 * max(inter, 2 * heads * head_dim, v_heads * v_dim)
               + max(conv_dim, kv_heads * head_dim) + max(aux, conv_dim) + aux + rotary)
     passes = max(min(state_tokens, 2048), min(branch_tokens, max(4096, longest_branch)))
-    return kv * state_tokens + gdn + ws * passes
+    att = 4 * 16 * (heads // kv_heads) * threads
+    return kv * state_tokens + gdn + ws * passes + att * (state_tokens + longest_branch)
 
 
 def long_request(tag, words=400, questions=1):
@@ -196,7 +198,7 @@ def test_memory_budget_refuses_exactly_what_cannot_fit(bundle):
         s.close()
     need = memory_need(tc, state, rows, rows)  # one question: its branch is every row token
     # One byte short: refused by name, 413, no Retry-After; a short request still fits.
-    s = ServeProcess(bundle, "--memory-budget", need - 1)
+    s = ServeProcess(bundle, "--threads", 2, "--memory-budget", need - 1)
     try:
         status, hdrs, body = s.score(req)
         assert status == 413 and "retry-after" not in hdrs, (status, body)
@@ -207,7 +209,7 @@ def test_memory_budget_refuses_exactly_what_cannot_fit(bundle):
     finally:
         s.close()
     # Exactly enough: scored.
-    s = ServeProcess(bundle, "--memory-budget", need)
+    s = ServeProcess(bundle, "--threads", 2, "--memory-budget", need)
     try:
         status, _, body = s.score(req)
         assert status == 200, body
@@ -228,7 +230,8 @@ def test_memory_budget_queues_then_refuses_503_at_the_deadline(bundle):
         s.close()
     need = memory_need(tc, state, rows, rows)  # rows <= 4096: the rows' pass term is all of them
     budget = need + need // 2
-    s = ServeProcess(bundle, "--max-inflight", 2, "--memory-budget", budget, "--cache-entries", 0)
+    s = ServeProcess(bundle, "--threads", 2, "--max-inflight", 2, "--memory-budget", budget,
+                     "--cache-entries", 0)
     try:
         results = {}
         first = threading.Thread(target=lambda: results.__setitem__("a", s.score(slow)), daemon=True)

@@ -117,6 +117,12 @@ size_t bytes_held(const PrefixState& s);
 // hidden states it returns, and in kBf16/kInt8 the rounded activations), for memory accounting.
 size_t workspace_bytes_per_token(const ModelConfig& c, Precision p);
 
+// Full attention runs in tasks of kAttentionQueryRows query rows with the query heads of one
+// key/value head; a task holds their scores against every key they read (4 bytes each) until it
+// ends, and `threads` tasks run at once: the scratch that grows with the keys, per key.
+inline constexpr int64_t kAttentionQueryRows = 16;
+size_t attention_scratch_bytes_per_key(const ModelConfig& c, size_t threads);
+
 struct RowRequest {
   std::vector<int32_t> ids;
   std::vector<int64_t> positions;  // empty: prefix.length + i
