@@ -1,5 +1,6 @@
 // The x86-64 vector kernels (vec.h's order, bit-identical to the portable loops): AVX2 forms of
 // dot_rows, dot_block, axpy_block and gdn_steps, which AVX-512 CPUs run too.
+#include <algorithm>
 #include <vector>
 
 #include "cpu/arch.h"
@@ -193,22 +194,35 @@ KEV_AVX2 __attribute__((always_inline)) inline void axpy_tile(float* y, int64_t 
   }
 }
 
-// Columns in slices of 16 (each slice of the rows stays in L1 while every output passes over
-// it), outputs six at a time (12 accumulators), the last few four, two or one at a time;
-// columns past the last 16 run axpy_rows.
+// Columns in slices of 16, rows in chunks of up to 256: a chunk's slice is first copied into a
+// contiguous buffer (16 KiB at most, so it stays in L1 while every output passes over it; in
+// place, rows a power-of-two stride apart would share a few cache sets and evict one another),
+// then outputs run six at a time (12 accumulators), the last few four, two or one at a time,
+// each continuing its sums chunk after chunk (rows still in order). Columns past the last 16
+// run axpy_rows.
 KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp,
                               const float* x, int64_t ldx, int64_t rows, int64_t n) {
+  constexpr int64_t kChunk = 256;
+  alignas(64) float slice[kChunk * 16];
   const int64_t n16 = n / 16 * 16;
-  for (int64_t d = 0; d < n16; d += 16) {
-    int64_t i = 0;
-    for (; i + 6 <= ny; i += 6)
-      axpy_tile<6>(y + i * ldy + d, ldy, p + i * ldp, ldp, x + d, ldx, rows);
-    for (; i + 4 <= ny; i += 4)
-      axpy_tile<4>(y + i * ldy + d, ldy, p + i * ldp, ldp, x + d, ldx, rows);
-    for (; i + 2 <= ny; i += 2)
-      axpy_tile<2>(y + i * ldy + d, ldy, p + i * ldp, ldp, x + d, ldx, rows);
-    for (; i < ny; ++i) axpy_tile<1>(y + i * ldy + d, ldy, p + i * ldp, ldp, x + d, ldx, rows);
-  }
+  for (int64_t d = 0; d < n16; d += 16)
+    for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
+      const int64_t m = std::min(kChunk, rows - r0);
+      for (int64_t r = 0; r < m; ++r) {
+        const float* src = x + (r0 + r) * ldx + d;
+        _mm256_store_ps(slice + r * 16, _mm256_loadu_ps(src));
+        _mm256_store_ps(slice + r * 16 + 8, _mm256_loadu_ps(src + 8));
+      }
+      const float* pc = p + r0;
+      int64_t i = 0;
+      for (; i + 6 <= ny; i += 6)
+        axpy_tile<6>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, 16, m);
+      for (; i + 4 <= ny; i += 4)
+        axpy_tile<4>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, 16, m);
+      for (; i + 2 <= ny; i += 2)
+        axpy_tile<2>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, 16, m);
+      for (; i < ny; ++i) axpy_tile<1>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, 16, m);
+    }
   if (n16 < n)
     for (int64_t i = 0; i < ny; ++i)
       vec::axpy_rows(y + i * ldy + n16, p + i * ldp, x + n16, ldx, rows, n - n16);

@@ -193,7 +193,7 @@ TEST(Vec, DotBlockEqualsDotBitwiseOnEveryIsa) {
 
 // axpy_block is the repeated axpy for each output (y_i += p_i[r] x_r, r in order, one multiply
 // and one add per element), written out plainly, bitwise, on every level this CPU runs (AVX2 in
-// tiles of 6, 4, 2 and 1 outputs x 16 columns).
+// tiles of 6, 4, 2 and 1 outputs x 16 columns, rows in chunks of 256).
 TEST(Vec, AxpyBlockMatchesRepeatedUpdateBitwiseOnEveryIsa) {
   std::mt19937 rng(35);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -204,7 +204,8 @@ TEST(Vec, AxpyBlockMatchesRepeatedUpdateBitwiseOnEveryIsa) {
     for (Shape sh :
          {Shape{8, 128, 256, 256, 300, 512}, Shape{6, 37, 256, 260, 40, 256},
           Shape{3, 5, 40, 40, 5, 48}, Shape{5, 9, 70, 72, 9, 70}, Shape{4, 0, 32, 32, 1, 32},
-          Shape{0, 3, 16, 16, 3, 16}, Shape{13, 20, 48, 50, 21, 64}, Shape{11, 7, 17, 17, 7, 17}}) {
+          Shape{0, 3, 16, 16, 3, 16}, Shape{13, 20, 48, 50, 21, 64}, Shape{11, 7, 17, 17, 7, 17},
+          Shape{7, 600, 32, 40, 600, 48}}) {
       std::vector<float> x(static_cast<size_t>(std::max<int64_t>(sh.rows, 1) * sh.ldx)),
           p(static_cast<size_t>(std::max<int64_t>(sh.ny, 1) * sh.ldp)),
           y(static_cast<size_t>(std::max<int64_t>(sh.ny, 1) * sh.ldy));
