@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 
+#include "kev/core/aligned.h"
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/fixed_math.h"
@@ -45,8 +46,10 @@ inline float softplus(float x) {
 }
 
 // Scratch for one batch; sized once per call, so nothing is allocated per token or per layer.
+// 64-byte aligned starts: rows are aligned too where a width is a multiple of 16 floats (every
+// width at the released dimensions), so the kernels' row loads do not straddle cache lines.
 struct Workspace {
-  std::vector<float> x, xn, mix, big1, big2, qkv, aux1, aux2, cos, sin, rounded;
+  AlignedVector<float> x, xn, mix, big1, big2, qkv, aux1, aux2, cos, sin, rounded;
 };
 
 // Floats per token of each Workspace array (one place for allocate() and
@@ -262,18 +265,6 @@ class Runner {
     gemm(g, i_dim, lw.down, ws_.mix.data());
   }
 
-  // Scratch of n floats (zeroed) whose start is 64-byte aligned, so the vector kernels' row
-  // loads do not straddle cache lines.
-  struct AlignedFloats {
-    std::vector<float> raw;
-    float* data;
-    explicit AlignedFloats(size_t n) : raw(n + 16, 0.0f) {
-      void* at = raw.data();
-      size_t space = raw.size() * sizeof(float);
-      data = static_cast<float*>(std::align(64, n * sizeof(float), at, space));
-    }
-  };
-
   // ---- full attention ----
   // Layer `layer`'s cache of a segment's own prefix.
   static const LayerState& layer_in(const Segment& s, int64_t layer) {
@@ -352,10 +343,11 @@ class Runner {
           // qp + q * hd, its output at op + q * hd, its scores (then probabilities) against key
           // j at p[q * width + j].
           const int64_t pairs = static_cast<int64_t>(rows.size()) * group;
-          AlignedFloats qp_buf(z(pairs * hd)), op_buf(z(pairs * hd)), p_buf(z(pairs * width));
-          float* const qp = qp_buf.data;
-          float* const op = op_buf.data;
-          float* const p = p_buf.data;
+          AlignedVector<float> qp_buf(z(pairs * hd)), op_buf(z(pairs * hd)),
+              p_buf(z(pairs * width));
+          float* const qp = qp_buf.data();
+          float* const op = op_buf.data();
+          float* const p = p_buf.data();
           for (size_t r = 0; r < rows.size(); ++r)
             std::memcpy(qp + static_cast<int64_t>(r) * group * hd,
                         qb + (s.offset + rows[r]) * nh * hd + g * group * hd, z(group * hd) * 4);

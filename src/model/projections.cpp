@@ -186,7 +186,7 @@ std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads)
 
 void project(Precision precision, const Int8Weights* int8, const Bf16DotWeights* bf16,
              const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& m, float* y,
-             size_t threads, std::vector<float>& rounded) {
+             size_t threads, AlignedVector<float>& rounded) {
   const ModelKernels& kern = model_kernels();
   if (precision == Precision::kInt8) {
     const Int8Part* p = int8->find(m);

@@ -63,6 +63,6 @@ std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads)
 // the prepared weights when precision is kInt8 (kBf16). `rounded` is scratch.
 void project(Precision precision, const Int8Weights* int8, const Bf16DotWeights* bf16,
              const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& m, float* y,
-             size_t threads, std::vector<float>& rounded);
+             size_t threads, AlignedVector<float>& rounded);
 
 }  // namespace kev

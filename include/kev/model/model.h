@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "kev/core/aligned.h"
 #include "kev/formats/bundle_manifest.h"
 #include "kev/model/config.h"
 #include "kev/model/weights.h"
@@ -86,7 +87,7 @@ struct Bf16DotWeights;  // kBf16's projections, packed for a bf16 dot kernel (pr
 // Keys and values of consecutive positions, as one extend() step wrote them: k, v [rows,
 // kv_heads * head_dim] (after k_norm and RoPE). Immutable once made.
 struct KvBlock {
-  std::vector<float> k, v;
+  AlignedVector<float> k, v;  // 64-byte aligned: the attention kernels stream their rows
 };
 // Per-layer cache after a prefix. Attention layers: kv, the keys/values of every position so
 // far in blocks (position order); a state that continues another shares that one's blocks and

@@ -27,7 +27,7 @@ class Continue : public model_test::SynthModelTest<kContinueDir, 11> {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }
   // A layer's keys (or values) of every position, whatever their blocks.
-  static std::vector<float> all_of(const LayerState& l, std::vector<float> KvBlock::*part) {
+  static std::vector<float> all_of(const LayerState& l, AlignedVector<float> KvBlock::*part) {
     std::vector<float> out;
     for (const auto& b : l.kv) out.insert(out.end(), ((*b).*part).begin(), ((*b).*part).end());
     return out;
