@@ -1,9 +1,10 @@
-"""Peer benchmark: kev against llama.cpp on the same CPU, the same synthetic weights, a 512-token
-prefill, in one run (issue 10, item 3). Results and the exact command: docs/performance.md
+"""Peer benchmark: kev against llama.cpp on the same CPU, the same synthetic weights, states of
+512 to 65,536 tokens, in one run. Results and the exact command: docs/performance.md
 ("Peer benchmark: llama.cpp").
 
     /usr/bin/python3 bench/llama_peer.py [--kev build/release/kev] [--dims 0.8b,4b]
-        [--threads 2] [--rounds 3] [--work /tmp/kev-peer] [--json out.json]
+        [--tokens 512,8192] [--precisions fp32,bf16,int8] [--threads 2] [--rounds 3]
+        [--work /tmp/kev-peer] [--json out.json]
 
 What it does, all at bench time and outside the repository:
 1. llama.cpp at a pinned version: the npm package node-llama-cpp@LLAMA_NPM_VERSION ships the
@@ -18,12 +19,14 @@ What it does, all at bench time and outside the repository:
    quantized with llama-quantize to the types the pairings need: F32 (at --f32-at dims, 0.8b
    by default: 17 GB at 4B dims), BF16, and Q8_0 when kev has an int8 mode.
 3. Rounds (median of --rounds): in each round, per dims, the runs alternate kev and llama.cpp:
-   - kev: `kev forward --threads T` on a 512-token row and on a 1-token row (both cold
-     processes, after an untimed 1-token run that brings the bundle into the page cache);
-     prefill tokens/s = 511 / (t512 - t1), i.e. the load and the first token cancel
+   - kev: `kev forward --threads T` on an N-token state (N - 1 prefix tokens and a 1-token row:
+     only the last position is read out, as a state's questions read it) and on a 1-token row
+     (both cold processes, after an untimed 1-token run that brings the bundle into the page
+     cache); prefill tokens/s = (N - 1) / (tN - t1), i.e. the load and the first token cancel
      (docs/performance.md, "Peer benchmark: llama.cpp").
-   - llama.cpp: `llama-bench -p 512 -n 0 -t T -r 1 -o json` (its prompt-processing tokens/s),
-     with OMP_WAIT_POLICY from --llama-omp-wait-policy (llama.cpp's default unless told).
+   - llama.cpp: `llama-bench -p N -n 0 -fa F -t T -r 1 -o json` (its prompt-processing tokens/s;
+     F from --flash-attn, on by default: its tiled CPU attention), with OMP_WAIT_POLICY from
+     --llama-omp-wait-policy (llama.cpp's default unless told).
    Every run is under /usr/bin/time -v: peak RSS per configuration (max over rounds).
 4. Ratios per precision pairing: kev fp32 vs llama.cpp F32 and BF16; kev bf16 vs BF16 and kev
    int8 vs Q8_0 when `kev forward --help` offers --precision (PAIRINGS below: extend there).
@@ -53,7 +56,6 @@ LLAMA_COMMIT = "de3ff815ea7d559ee917f063901b8986f038abc6"  # HEAD of that versio
 PAIRINGS = {"fp32": ["F32", "BF16"], "bf16": ["BF16"], "int8": ["Q8_0"]}
 MODELS = {"0.8b": "kev-0.8b", "4b": "kev-4b"}
 REVISION = "0" * 40  # recorded for the synthetic checkpoints of members whose recipe has none
-STATE_TOKENS = 512
 
 
 def log(msg):
@@ -151,18 +153,21 @@ def timed(cmd):
     return wall, rss, p.stdout
 
 
-def kev_inputs(work):
+def kev_inputs(work, lengths):
+    """{N: path} of the N-token states (N - 1 prefix tokens, a 1-token row) and of 1 token."""
     rng = random.Random(1)
-    ids = [rng.randrange(0, 240000) for _ in range(STATE_TOKENS)]
-    paths = {}
-    for n in (STATE_TOKENS, 1):
-        paths[n] = os.path.join(work, f"ids-{n}.json")
+    ids = [rng.randrange(0, 240000) for _ in range(max(lengths))]
+    paths = {1: os.path.join(work, "ids-1.json")}
+    with open(paths[1], "w") as f:
+        json.dump({"rows": [{"ids": ids[:1]}]}, f)
+    for n in lengths:
+        paths[n] = os.path.join(work, f"state-{n}.json")
         with open(paths[n], "w") as f:
-            json.dump({"rows": [{"ids": ids[:n]}]}, f)
+            json.dump({"prefix": ids[:n - 1], "rows": [{"ids": ids[n - 1:n]}]}, f)
     return paths
 
 
-def kev_run(kev, bundle, inputs, work, threads, precision):
+def kev_run(kev, bundle, inputs, n_tokens, work, threads, precision):
     extra = [] if precision == "fp32" else ["--precision", precision]
     out = os.path.join(work, "forward-out.safetensors")
     times, rss = {}, 0
@@ -171,19 +176,19 @@ def kev_run(kev, bundle, inputs, work, threads, precision):
     # read charged to the 1-token run would inflate the difference's tokens/s.
     timed([kev, "forward", "--quiet", "--bundle", bundle, "--input", inputs[1], "--output", out, "--threads",
            threads] + extra)
-    for n in (1, STATE_TOKENS):
+    for n in (1, n_tokens):
         wall, r, _ = timed([kev, "forward", "--quiet", "--bundle", bundle, "--input", inputs[n], "--output", out,
                             "--threads", threads] + extra)
         times[n], rss = wall, max(rss, r)
     os.remove(out)
-    return (STATE_TOKENS - 1) / (times[STATE_TOKENS] - times[1]), rss
+    return (n_tokens - 1) / (times[n_tokens] - times[1]), rss
 
 
-def llama_run(bins, gguf, threads, omp_wait_policy):
+def llama_run(bins, gguf, n_tokens, threads, flash_attn, omp_wait_policy):
     env = None if omp_wait_policy == "default" else ["env", f"OMP_WAIT_POLICY={omp_wait_policy}"]
-    _, rss, out = timed((env or []) + [bins["llama-bench"], "-m", gguf, "-p", STATE_TOKENS, "-n", 0, "-t", threads, "-r", 1,
-                         "-o", "json"])
-    rows = [r for r in json.loads(out) if r.get("n_prompt") == STATE_TOKENS and r.get("n_gen") == 0]
+    _, rss, out = timed((env or []) + [bins["llama-bench"], "-m", gguf, "-p", n_tokens, "-n", 0, "-fa", flash_attn,
+                                       "-t", threads, "-r", 1, "-o", "json"])
+    rows = [r for r in json.loads(out) if r.get("n_prompt") == n_tokens and r.get("n_gen") == 0]
     return rows[0]["avg_ts"], rss
 
 
@@ -195,6 +200,11 @@ def main():
     ap.add_argument("--dims", default="0.8b,4b")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", default="512", help="state lengths in tokens (comma list, each 2..65536)")
+    ap.add_argument("--precisions", default="fp32,bf16,int8",
+                    help="kev precisions to run (comma list); each brings its llama.cpp pairings")
+    ap.add_argument("--flash-attn", default="1", choices=["0", "1"],
+                    help="llama-bench -fa: 1 (default) runs llama.cpp's tiled CPU attention")
     ap.add_argument("--work", default="/tmp/kev-peer")
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/kev-bench"))
     ap.add_argument("--llama-version", default=LLAMA_NPM_VERSION)
@@ -210,7 +220,17 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     dims_list = a.dims.split(",")
     help_text = subprocess.run([kev, "forward", "--help"], capture_output=True, text=True).stdout
-    kev_precisions = [p for p in PAIRINGS if p == "fp32" or "--precision" in help_text]
+    asked = a.precisions.split(",")
+    unknown = [p for p in asked if p not in PAIRINGS]
+    if unknown:
+        sys.exit(f"--precisions: unknown {unknown}; one or more of {list(PAIRINGS)}")
+    kev_precisions = [p for p in PAIRINGS if p in asked and (p == "fp32" or "--precision" in help_text)]
+    try:
+        lengths = [int(t) for t in a.tokens.split(",")]
+    except ValueError:
+        sys.exit(f"--tokens: not a comma list of integers: {a.tokens!r}")
+    if any(not 2 <= n <= 65536 for n in lengths):
+        sys.exit(f"--tokens: each length must be 2..65536, got {a.tokens}")
     src, bins = llama_cpp(a.cache, a.llama_version)
     commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     cpu = subprocess.run([kev, "cpu"], capture_output=True, text=True).stdout.strip()
@@ -222,63 +242,66 @@ def main():
                         if t != "F32" or dims in a.f32_at.split(",")}, key=["F32", "BF16", "Q8_0"].index)
         bundle = kev_bundle(kev, a.work, dims)
         plan[dims] = (bundle, ggufs(src, bins, bundle, a.work, dims, types))
-    inputs = kev_inputs(a.work)
+    inputs = kev_inputs(a.work, lengths)
 
-    samples = {}  # (dims, engine, precision) -> [tok/s], rss
+    samples = {}  # (dims, tokens, engine, precision) -> [tok/s], rss
     load = [os.getloadavg()[0]]
     for rnd in range(a.rounds):
         for dims, (bundle, gg) in plan.items():
-            order = [("kev", p) for p in kev_precisions] + [("llama.cpp", t) for t in gg]
-            # alternate: kev, llama, kev, llama ... (kev runs repeat when there are fewer of them)
-            mixed = []
-            ks, ls = [o for o in order if o[0] == "kev"], [o for o in order if o[0] != "kev"]
-            for i in range(max(len(ks), len(ls))):
-                if i < len(ks):
-                    mixed.append(ks[i])
-                if i < len(ls):
-                    mixed.append(ls[i])
-            if rnd % 2:
-                mixed.reverse()
-            for engine, prec in mixed:
-                if engine == "kev":
-                    tps, rss = kev_run(kev, bundle, inputs, a.work, a.threads, prec)
-                else:
-                    tps, rss = llama_run(bins, gg[prec], a.threads, a.llama_omp_wait_policy)
-                s = samples.setdefault((dims, engine, prec), {"tps": [], "rss_kib": 0})
-                s["tps"].append(tps)
-                s["rss_kib"] = max(s["rss_kib"], rss)
-                log(f"round {rnd + 1} {dims} {engine} {prec}: {tps:.2f} tok/s, peak RSS {rss / 1024:.0f} MiB")
+            for n_tokens in lengths:
+                order = [("kev", p) for p in kev_precisions] + [("llama.cpp", t) for t in gg]
+                # alternate: kev, llama, kev, llama ... (kev runs repeat when there are fewer of them)
+                mixed = []
+                ks, ls = [o for o in order if o[0] == "kev"], [o for o in order if o[0] != "kev"]
+                for i in range(max(len(ks), len(ls))):
+                    if i < len(ks):
+                        mixed.append(ks[i])
+                    if i < len(ls):
+                        mixed.append(ls[i])
+                if rnd % 2:
+                    mixed.reverse()
+                for engine, prec in mixed:
+                    if engine == "kev":
+                        tps, rss = kev_run(kev, bundle, inputs, n_tokens, a.work, a.threads, prec)
+                    else:
+                        tps, rss = llama_run(bins, gg[prec], n_tokens, a.threads, a.flash_attn,
+                                             a.llama_omp_wait_policy)
+                    s = samples.setdefault((dims, n_tokens, engine, prec), {"tps": [], "rss_kib": 0})
+                    s["tps"].append(tps)
+                    s["rss_kib"] = max(s["rss_kib"], rss)
+                    log(f"round {rnd + 1} {dims} {n_tokens} tokens {engine} {prec}: {tps:.2f} tok/s, "
+                        f"peak RSS {rss / 1024:.0f} MiB")
         load.append(os.getloadavg()[0])
 
     result = {"cpu": model_name, "kev_cpu": json.loads(cpu) if cpu.startswith("{") else cpu,
-              "threads": a.threads, "rounds": a.rounds, "state_tokens": STATE_TOKENS,
+              "threads": a.threads, "rounds": a.rounds, "state_tokens": lengths, "flash_attn": a.flash_attn,
               "llama_cpp": {"npm": f"node-llama-cpp@{a.llama_version}", "commit": commit},
               "load_average_1min": load, "llama_omp_wait_policy": a.llama_omp_wait_policy, "command": " ".join(sys.argv), "results": []}
-    for (dims, engine, prec), s in samples.items():
-        result["results"].append({"dims": dims, "engine": engine, "precision": prec,
+    for (dims, n_tokens, engine, prec), s in samples.items():
+        result["results"].append({"dims": dims, "tokens": n_tokens, "engine": engine, "precision": prec,
                                   "median_tok_s": round(statistics.median(s["tps"]), 2),
                                   "runs_tok_s": [round(x, 2) for x in s["tps"]],
                                   "peak_rss_mib": round(s["rss_kib"] / 1024)})
-    med = {(r["dims"], r["engine"], r["precision"]): r["median_tok_s"] for r in result["results"]}
-    result["ratios"] = [{"dims": d, "kev": p, "llama.cpp": t,
-                         "ratio": round(med[(d, "kev", p)] / med[(d, "llama.cpp", t)], 2)}
-                        for d in plan for p in kev_precisions for t in PAIRINGS[p] if (d, "llama.cpp", t) in med]
+    med = {(r["dims"], r["tokens"], r["engine"], r["precision"]): r["median_tok_s"] for r in result["results"]}
+    result["ratios"] = [{"dims": d, "tokens": n, "kev": p, "llama.cpp": t,
+                         "ratio": round(med[(d, n, "kev", p)] / med[(d, n, "llama.cpp", t)], 2)}
+                        for d in plan for n in lengths for p in kev_precisions for t in PAIRINGS[p]
+                        if (d, n, "llama.cpp", t) in med]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)
     print(f"CPU: {model_name}; kev cpu: {cpu}; threads {a.threads}; median of {a.rounds} rounds; "
-          f"llama.cpp {commit[:12]} (node-llama-cpp@{a.llama_version}), OMP_WAIT_POLICY "
+          f"llama.cpp {commit[:12]} (node-llama-cpp@{a.llama_version}), -fa {a.flash_attn}, OMP_WAIT_POLICY "
           f"{a.llama_omp_wait_policy}; 1-min load average per round {load}")
-    print("| dims | engine | precision | tokens/s (median) | runs | peak RSS MiB |")
-    print("|---|---|---|---|---|---|")
+    print("| dims | tokens | engine | precision | tokens/s (median) | runs | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|")
     for r in result["results"]:
-        print(f"| {r['dims']} | {r['engine']} | {r['precision']} | {r['median_tok_s']} | "
+        print(f"| {r['dims']} | {r['tokens']} | {r['engine']} | {r['precision']} | {r['median_tok_s']} | "
               f"{', '.join(map(str, r['runs_tok_s']))} | {r['peak_rss_mib']} |")
-    print("| dims | kev | llama.cpp | kev / llama.cpp |")
-    print("|---|---|---|---|")
+    print("| dims | tokens | kev | llama.cpp | kev / llama.cpp |")
+    print("|---|---|---|---|---|")
     for r in result["ratios"]:
-        print(f"| {r['dims']} | {r['kev']} | {r['llama.cpp']} | {r['ratio']}x |")
-
+        print(f"| {r['dims']} | {r['tokens']} | {r['kev']} | {r['llama.cpp']} | {r['ratio']}x |")
 
 if __name__ == "__main__":
     main()
