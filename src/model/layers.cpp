@@ -265,6 +265,19 @@ class Runner {
     gemm(g, i_dim, lw.down, ws_.mix.data());
   }
 
+  // A task's scratch: n zeroed floats from a 64-byte boundary, on the heap (not AlignedVector's
+  // mapped pages: the attention tasks of a pass allocate and free it hundreds of times, and the
+  // heap hands the same memory back without new page faults).
+  struct HeapScratch {
+    std::vector<float> raw;
+    float* data;
+    explicit HeapScratch(size_t n) : raw(n + 16, 0.0f) {
+      void* at = raw.data();
+      size_t space = raw.size() * sizeof(float);
+      data = static_cast<float*>(std::align(64, n * sizeof(float), at, space));
+    }
+  };
+
   // ---- full attention ----
   // Layer `layer`'s cache of a segment's own prefix.
   static const LayerState& layer_in(const Segment& s, int64_t layer) {
@@ -343,11 +356,10 @@ class Runner {
           // qp + q * hd, its output at op + q * hd, its scores (then probabilities) against key
           // j at p[q * width + j].
           const int64_t pairs = static_cast<int64_t>(rows.size()) * group;
-          AlignedVector<float> qp_buf(z(pairs * hd)), op_buf(z(pairs * hd)),
-              p_buf(z(pairs * width));
-          float* const qp = qp_buf.data();
-          float* const op = op_buf.data();
-          float* const p = p_buf.data();
+          HeapScratch qp_buf(z(pairs * hd)), op_buf(z(pairs * hd)), p_buf(z(pairs * width));
+          float* const qp = qp_buf.data;
+          float* const op = op_buf.data;
+          float* const p = p_buf.data;
           for (size_t r = 0; r < rows.size(); ++r)
             std::memcpy(qp + static_cast<int64_t>(r) * group * hd,
                         qb + (s.offset + rows[r]) * nh * hd + g * group * hd, z(group * hd) * 4);
