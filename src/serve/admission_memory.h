@@ -10,8 +10,9 @@
 // continues and the one it makes), and the scratch of the widest pass the request runs: its
 // prefill steps (at most the model's prefill step) or its rows (all its branch tokens, at most
 // kRowPassTokens unless one branch is longer), and the attention scores of the tasks running at
-// once, which grow with the keys a query reads (attention_scratch_bytes_per_key). An upper bound of what the forward allocates for
-// it (model.h), beside the weights, the saved points (--cache-bytes) and the bodies.
+// once, which grow with the keys a query reads (attention_scratch_bytes_per_key). An upper bound of
+// what the forward allocates for it (model.h), beside the weights, the saved points (--cache-bytes)
+// and the bodies.
 //
 // MemoryBudget: bytes reserved by the batches being scored, never over the budget. Thread-safe.
 #pragma once

@@ -51,8 +51,7 @@ class BenchRunTest : public ::testing::Test {
   BenchRun run_of(std::vector<std::string> bodies) {
     BenchRun run;
     run.requests_path = requests_path_;
-    for (size_t i = 0; i < bodies.size(); ++i)
-      run.requests.push_back({fmt_id(i), bodies[i]});
+    for (size_t i = 0; i < bodies.size(); ++i) run.requests.push_back({fmt_id(i), bodies[i]});
     return run;
   }
 
