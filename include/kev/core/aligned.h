@@ -4,10 +4,8 @@
 // interface; a different type).
 //
 // Blocks of kMappedBlockBytes or more are mapped pages of their own, given back to the system
-// when freed: the forward's per-step scratch and the keys/values blocks are such blocks, and
-// from the heap they would interleave (a freed step's scratch filled by the next keys/values,
-// the next scratch placed above them), so a long prefill's resident memory would grow by up to
-// a step's scratch beyond what it holds. Allocation failure throws std::bad_alloc.
+// when freed: a served request's scratch and keys/values do not stay in the process's heap once
+// it is answered. Allocation failure throws std::bad_alloc.
 // Thread safety: as std::vector; the block functions are reentrant.
 #pragma once
 #include <cstddef>
