@@ -249,11 +249,21 @@ def test_memory_budget_queues_then_refuses_503_at_the_deadline(bundle):
         assert s.request("GET", "/health")[2]["memory"] == {"budget": budget, "reserved": 0, "waiting": 0}
     finally:
         s.close()
-    s = ServeProcess(bundle, "--max-inflight", 2, "--memory-budget", budget, "--cache-entries", 0,
-                     "--queue-timeout", 0.3)
+    # The deadline: a first request several times `slow` holds its memory well past the second's
+    # 0.3 s on any machine; the budget has room for it alone, not for it and `slow` together.
+    heavy = long_request("deadline", words=2400, questions=6)
+    s = ServeProcess(bundle, "--log-format", "json", "--memory-budget", 1 << 40, "--cache-entries", 0)
+    try:
+        assert s.request("POST", "/v1/systemone?heavy", heavy)[0] == 200
+        h_state, h_rows = logged_tokens(s, "heavy")
+    finally:
+        s.close()
+    budget = memory_need(tc, h_state, h_rows, h_rows) + need // 2
+    s = ServeProcess(bundle, "--threads", 2, "--max-inflight", 2, "--memory-budget", budget,
+                     "--cache-entries", 0, "--queue-timeout", 0.3)
     try:
         results = {}
-        first = threading.Thread(target=lambda: results.__setitem__("a", s.score(slow)), daemon=True)
+        first = threading.Thread(target=lambda: results.__setitem__("a", s.score(heavy)), daemon=True)
         first.start()
         assert wait_for(lambda: s.request("GET", "/health")[2]["memory"]["reserved"] > 0)
         t = time.monotonic()
