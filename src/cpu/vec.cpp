@@ -10,11 +10,17 @@
 
 namespace kev::vec {
 
-void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
-                  float* out) {
+namespace {
+const arch::VecVariant* variant_of(Isa isa) {
   if (!isa_supported(isa))
     fail(ErrorKind::kUnsupported, "this CPU cannot run the {} vector kernels", isa_name(isa));
-  const arch::VecVariant* v = arch::vec(isa);
+  return arch::vec(isa);
+}
+}  // namespace
+
+void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                  float* out) {
+  const arch::VecVariant* v = variant_of(isa);
   if (v != nullptr && v->dot_rows != nullptr && n % 16 == 0)
     return v->dot_rows(a, x, ld, rows, n, out);
   for (int64_t r = 0; r < rows; ++r) out[r] = dot(a, x + r * ld, n);
@@ -23,14 +29,6 @@ void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t r
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
   dot_rows_isa(model_kernels().vec_isa(), a, x, ld, rows, n, out);
 }
-
-namespace {
-const arch::VecVariant* variant_of(Isa isa) {
-  if (!isa_supported(isa))
-    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} vector kernels", isa_name(isa));
-  return arch::vec(isa);
-}
-}  // namespace
 
 void dot_block_isa(Isa isa, const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx,
                    int64_t nx, int64_t n, float* out, int64_t ldo) {
@@ -59,9 +57,7 @@ void axpy_block(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp, 
 }
 
 void gdn_steps_isa(Isa isa, float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
-  if (!isa_supported(isa))
-    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} vector kernels", isa_name(isa));
-  const arch::VecVariant* v = arch::vec(isa);
+  const arch::VecVariant* v = variant_of(isa);
   if (v != nullptr && v->gdn_steps != nullptr) return v->gdn_steps(s, dk, dv, len, t);
   std::vector<float> m(static_cast<size_t>(dv));
   for (int64_t n = 0; n < len; ++n)

@@ -219,16 +219,22 @@ def test_memory_budget_refuses_exactly_what_cannot_fit(bundle):
 
 # Two workers, a budget with room for one long request: the second waits for the first's memory
 # (scored after it, both 200), or, past its queue deadline, is answered 503 + Retry-After.
-def test_memory_budget_queues_then_refuses_503_at_the_deadline(bundle):
-    tc = text_config(bundle)
-    slow = long_request("wait", words=400, questions=6)
+def sized_need(bundle, tc, request):
+    """memory_need of `request` (one question's branch taken as every row token), from the token
+    counts a server with room for anything logs for it."""
     s = ServeProcess(bundle, "--log-format", "json", "--memory-budget", 1 << 40, "--cache-entries", 0)
     try:
-        assert s.request("POST", "/v1/systemone?sized", slow)[0] == 200
+        assert s.request("POST", "/v1/systemone?sized", request)[0] == 200
         state, rows = logged_tokens(s, "sized")
     finally:
         s.close()
-    need = memory_need(tc, state, rows, rows)  # rows <= 4096: the rows' pass term is all of them
+    return memory_need(tc, state, rows, rows)
+
+
+def test_memory_budget_queues_then_refuses_503_at_the_deadline(bundle):
+    tc = text_config(bundle)
+    slow = long_request("wait", words=400, questions=6)
+    need = sized_need(bundle, tc, slow)  # rows <= 4096: the rows' pass term is all of them
     budget = need + need // 2
     s = ServeProcess(bundle, "--threads", 2, "--max-inflight", 2, "--memory-budget", budget,
                      "--cache-entries", 0)
@@ -252,13 +258,7 @@ def test_memory_budget_queues_then_refuses_503_at_the_deadline(bundle):
     # The deadline: a first request several times `slow` holds its memory well past the second's
     # 0.3 s on any machine; the budget has room for it alone, not for it and `slow` together.
     heavy = long_request("deadline", words=2400, questions=6)
-    s = ServeProcess(bundle, "--log-format", "json", "--memory-budget", 1 << 40, "--cache-entries", 0)
-    try:
-        assert s.request("POST", "/v1/systemone?heavy", heavy)[0] == 200
-        h_state, h_rows = logged_tokens(s, "heavy")
-    finally:
-        s.close()
-    budget = memory_need(tc, h_state, h_rows, h_rows) + need // 2
+    budget = sized_need(bundle, tc, heavy) + need // 2
     s = ServeProcess(bundle, "--threads", 2, "--max-inflight", 2, "--memory-budget", budget,
                      "--cache-entries", 0, "--queue-timeout", 0.3)
     try:

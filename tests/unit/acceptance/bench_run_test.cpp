@@ -40,9 +40,10 @@ std::string fmt_id(size_t i) {
 class BenchRunTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/kev_bench_run_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    std::string name = "kev-bench-run-test-";
+    name.append(std::to_string(::getpid()));
+    dir_ = (std::filesystem::temp_directory_path() / name).string();
+    std::filesystem::create_directories(dir_);
     requests_path_ = dir_ + "/requests.jsonl";
     std::ofstream(requests_path_) << "{}\n";  // hashed into the metadata
   }
