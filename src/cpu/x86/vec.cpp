@@ -1,5 +1,6 @@
 // The x86-64 vector kernels (vec.h's order, bit-identical to the portable loops): AVX2 forms of
-// dot_rows, dot_block, axpy_block and gdn_steps, which AVX-512 CPUs run too.
+// dot_rows, dot_block, axpy_block and gdn_steps; AVX-512 forms of dot_rows, dot_block and
+// axpy_block (AVX-512 CPUs run the AVX2 gdn_steps).
 #include <algorithm>
 #include <vector>
 
@@ -228,12 +229,157 @@ KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p,
       vec::axpy_rows(y + i * ldy + n16, p + i * ldp, x + n16, ldx, rows, n - n16);
 }
 
+#define KEV_AVX512 KEV_TARGET_AVX512
+
+// dot's tree on one 16-lane register: lanes 0-7 plus lanes 8-15, then tree16's AVX2 steps.
+KEV_AVX512 inline float tree16_512(__m512 v) {
+  return x86::tree16(_mm512_castps512_ps256(v),
+                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// Eight rows at a time against one vector (eight independent chains cover the add latency): per
+// row dot's 16 lane sums in one register, then its tree. n must be a multiple of 16.
+KEV_AVX512 void dot_rows_avx512(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
+                                float* out) {
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    const float* xr = x + r * ld;
+    __m512 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m512 av = _mm512_loadu_ps(a + i);
+      for (int c = 0; c < 8; ++c)
+        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(av, _mm512_loadu_ps(xr + c * ld + i)));
+    }
+    for (int c = 0; c < 8; ++c) out[r + c] = tree16_512(acc[c]);
+  }
+  for (; r < rows; ++r) {
+    const float* xr = x + r * ld;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16)
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(xr + i)));
+    out[r] = tree16_512(acc);
+  }
+}
+
+// The trees of 16 dots at once (each add the one tree16 does for its dot, on the same two
+// operands: the shuffles only move lanes). acc[r + 4 c] holds dot (r, c)'s 16 lane sums; on
+// return lanes 4r .. 4r + 3 hold dots (r, 0) .. (r, 3). Per step, the same lane pairs as tree16:
+// (l, l + 8), (l, l + 4), (l, l + 2), (0, 1).
+KEV_AVX512 inline __m512 trees16x16(const __m512* acc) {
+  __m512 s[8], t[4], u[2];
+  for (int k = 0; k < 8; ++k)  // s[k]: lanes 0-7 of acc[2k]'s first step, 8-15 acc[2k+1]'s
+    s[k] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * k], acc[2 * k + 1], 0x44),
+                         _mm512_shuffle_f32x4(acc[2 * k], acc[2 * k + 1], 0xEE));
+  for (int k = 0; k < 4; ++k)  // t[k]: quarter q holds acc[4k + q]'s second step
+    t[k] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * k], s[2 * k + 1], 0x88),
+                         _mm512_shuffle_f32x4(s[2 * k], s[2 * k + 1], 0xDD));
+  for (int k = 0; k < 2; ++k)  // u[k]: quarter q holds acc[8k + q], then acc[8k + 4 + q]
+    u[k] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], 0x44),
+                         _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x88),   // quarter q: acc[q], acc[4 + q],
+                       _mm512_shuffle_ps(u[0], u[1], 0xDD));  // acc[8 + q], acc[12 + q]
+}
+
+// Tiles of 4 vectors x 4 rows: the 16 dots' lane sums in 16 registers (8 loads per 32
+// operations), their trees together (trees16x16), each vector's four results stored at once.
+// Leftovers run dot_rows_avx512.
+KEV_AVX512 void dot_block_avx512(const float* a, int64_t lda, int64_t na, const float* x,
+                                 int64_t ldx, int64_t nx, int64_t n, float* out, int64_t ldo) {
+  const int64_t na4 = na / 4 * 4, nx4 = nx / 4 * 4;
+  for (int64_t j = 0; j < nx4; j += 4) {
+    const float* xj = x + j * ldx;
+    for (int64_t i = 0; i < na4; i += 4) {
+      const float* ai = a + i * lda;
+      __m512 acc[16];
+      for (int c = 0; c < 16; ++c) acc[c] = _mm512_setzero_ps();
+      for (int64_t e = 0; e < n; e += 16) {
+        __m512 av[4];
+        for (int r = 0; r < 4; ++r) av[r] = _mm512_loadu_ps(ai + r * lda + e);
+        for (int c = 0; c < 4; ++c) {
+          const __m512 xv = _mm512_loadu_ps(xj + c * ldx + e);
+          for (int r = 0; r < 4; ++r)
+            acc[r + 4 * c] = _mm512_add_ps(acc[r + 4 * c], _mm512_mul_ps(av[r], xv));
+        }
+      }
+      const __m512 dots = trees16x16(acc);
+      for (int r = 0; r < 4; ++r)
+        _mm_storeu_ps(out + (i + r) * ldo + j, _mm512_extractf32x4_ps(dots, r));
+    }
+  }
+  for (int64_t i = 0; i < na; ++i) {
+    const int64_t j0 = i < na4 ? nx4 : 0;  // the last few vectors take every row
+    if (j0 < nx) dot_rows_avx512(a + i * lda, x + j0 * ldx, ldx, nx - j0, n, out + i * ldo + j0);
+  }
+}
+
+// Y outputs x 16 V columns in Y V accumulators: per row r, V loads of x_r serve the Y outputs
+// (y_i += p_i[r] x_r, r ascending, the product rounded before its add: axpy_rows' order).
+template <int Y, int V>
+KEV_AVX512 __attribute__((always_inline)) inline void axpy_tile512(float* y, int64_t ldy,
+                                                                   const float* p, int64_t ldp,
+                                                                   const float* x, int64_t rows) {
+  __m512 acc[Y][V];
+  for (int i = 0; i < Y; ++i)
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_loadu_ps(y + i * ldy + 16 * v);
+  for (int64_t r = 0; r < rows; ++r) {
+    __m512 xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = _mm512_load_ps(x + r * 16 * V + 16 * v);
+    for (int i = 0; i < Y; ++i) {
+      const __m512 b = _mm512_set1_ps(p[i * ldp + r]);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_mul_ps(b, xv[v]));
+    }
+  }
+  for (int i = 0; i < Y; ++i)
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(y + i * ldy + 16 * v, acc[i][v]);
+}
+
+// One slice of 16 V columns from column d: rows in chunks of 128, each chunk's slice copied into
+// a contiguous buffer (16 KiB at most: it stays in L1 while every output passes over it), then
+// outputs 8, 4, 2 and 1 at a time, each continuing its sums chunk after chunk (rows in order).
+template <int V>
+KEV_AVX512 void axpy_slice512(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp,
+                              const float* x, int64_t ldx, int64_t rows, int64_t d) {
+  constexpr int64_t kChunk = 256 / V;
+  alignas(64) float slice[kChunk * 16 * V];
+  for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
+    const int64_t m = std::min(kChunk, rows - r0);
+    for (int64_t r = 0; r < m; ++r)
+      for (int v = 0; v < V; ++v)
+        _mm512_store_ps(slice + (r * V + v) * 16, _mm512_loadu_ps(x + (r0 + r) * ldx + d + 16 * v));
+    const float* pc = p + r0;
+    int64_t i = 0;
+    for (; i + 8 <= ny; i += 8)
+      axpy_tile512<8, V>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, m);
+    for (; i + 4 <= ny; i += 4)
+      axpy_tile512<4, V>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, m);
+    for (; i + 2 <= ny; i += 2)
+      axpy_tile512<2, V>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, m);
+    for (; i < ny; ++i) axpy_tile512<1, V>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, m);
+  }
+}
+
+// Columns in slices of 32 (a last 16 in a slice of its own); columns past the last 16 run
+// axpy_rows.
+KEV_AVX512 void axpy_block_avx512(float* y, int64_t ldy, int64_t ny, const float* p, int64_t ldp,
+                                  const float* x, int64_t ldx, int64_t rows, int64_t n) {
+  int64_t d = 0;
+  for (; d + 32 <= n; d += 32) axpy_slice512<2>(y, ldy, ny, p, ldp, x, ldx, rows, d);
+  for (; d + 16 <= n; d += 16) axpy_slice512<1>(y, ldy, ny, p, ldp, x, ldx, rows, d);
+  if (d < n)
+    for (int64_t i = 0; i < ny; ++i)
+      vec::axpy_rows(y + i * ldy + d, p + i * ldp, x + d, ldx, rows, n - d);
+}
+
 }  // namespace
 
 const VecVariant* vec(Isa level) {
   static const VecVariant avx2 = {Isa::kAvx2, &dot_rows_avx2, &gdn_steps_avx2, &dot_block_avx2,
                                   &axpy_block_avx2};
-  return level == Isa::kAvx2 || level == Isa::kAvx512 ? &avx2 : nullptr;
+  static const VecVariant avx512 = {Isa::kAvx512, &dot_rows_avx512, &gdn_steps_avx2,
+                                    &dot_block_avx512, &axpy_block_avx512};
+  if (level == Isa::kAvx512) return &avx512;
+  return level == Isa::kAvx2 ? &avx2 : nullptr;
 }
 
 }  // namespace kev::arch

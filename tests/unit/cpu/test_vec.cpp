@@ -129,13 +129,15 @@ float plain_dot(const float* a, const float* b, int64_t n) {
   return acc[0];
 }
 
-// dot_rows is dot row by row, bitwise, on every level this CPU runs (AVX2 four rows at a time;
-// lengths that are not a multiple of 16 and row counts that are not of 4 included).
+// dot_rows is dot row by row, bitwise, on every level this CPU runs (AVX2 four rows at a time,
+// AVX-512 eight; lengths that are not a multiple of 16 and row counts that are not of 4 or 8
+// included).
 TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
   std::mt19937 rng(21);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
   for (Isa isa : supported_isas()) {
     for (auto [rows, n, ld] : {std::tuple<int64_t, int64_t, int64_t>{9, 256, 1024},
+                               {19, 64, 64},
                                {4, 128, 128},
                                {3, 32, 40},
                                {7, 70, 80},
@@ -158,8 +160,9 @@ TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
 }
 
 // dot_block is one dot per (vector, row) pair, bitwise, on every level this CPU runs (AVX2 in
-// tiles of 2 vectors x 4 rows): counts that are not multiples of the tile, lengths that are not
-// of 16, strides wider than the length and empty blocks included.
+// tiles of 2 vectors x 4 rows, AVX-512 4 x 4 with the 16 trees together): counts that are not
+// multiples of the tile, lengths that are not of 16, strides wider than the length and empty blocks
+// included.
 TEST(Vec, DotBlockEqualsDotBitwiseOnEveryIsa) {
   std::mt19937 rng(33);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -193,7 +196,8 @@ TEST(Vec, DotBlockEqualsDotBitwiseOnEveryIsa) {
 
 // axpy_block is the repeated axpy for each output (y_i += p_i[r] x_r, r in order, one multiply
 // and one add per element), written out plainly, bitwise, on every level this CPU runs (AVX2 in
-// tiles of 6, 4, 2 and 1 outputs x 16 columns, rows in chunks of 256).
+// tiles of 6, 4, 2 and 1 outputs x 16 columns, rows in chunks of 256; AVX-512 8, 4, 2 and 1
+// outputs x 32 columns in chunks of 128 rows, then a last 16 columns).
 TEST(Vec, AxpyBlockMatchesRepeatedUpdateBitwiseOnEveryIsa) {
   std::mt19937 rng(35);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
