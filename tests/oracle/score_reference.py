@@ -2,8 +2,13 @@
 
 Shares nothing with the C++ code:
 - encoding: encode_reference.py (upstream rules in Python, token ids from transformers.js);
-- weights: the synthetic checkpoint's base shards and adapter, merged here exactly as the
-  reference loader does (`(W.float() + (B.float() @ A.float()) * scale).to(torch.bfloat16)`);
+- weights: the synthetic checkpoint's base shards and adapter, merged here by the merge
+  contract (docs/bundle-format.md: the reference loader's
+  `(W.float() + (B.float() @ A.float()) * scale).to(torch.bfloat16)` with B @ A as one FMA
+  chain in rank order), evaluated exactly in numpy by exact_fp. Not by torch's own matmul: its
+  summation order depends on the CPU (test_export.py probes it), and where it is another order
+  a few BF16 weights move by an ulp, which this random test model turns into probability
+  differences at the size of test_score's budget (1.24e-5 on an Intel Xeon with AVX-512);
 - backbone: qwen35_reference.Reference in float64, each question run as its own full causal row
   (state + branch; no prefix reuse);
 - head: torch.load of head.pt (torch's own unpickler), q/k as float64 linear maps,
@@ -15,11 +20,13 @@ import math
 import os
 import sys
 
+import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+import exact_fp  # noqa: E402
 import kevtest  # noqa: E402
 from encode_reference import reference_encode  # noqa: E402
 from qwen35_reference import Reference  # noqa: E402
@@ -63,8 +70,9 @@ def merged_weights(synth_dir, dtype=torch.float64, widen_on_use=False):
         stem = name[len("base_model.model."):-len(".lora_A.weight")]
         b = adapter[name.replace("lora_A", "lora_B")]
         target = LANG + stem + ".weight"
-        w = tensors[target]
-        tensors[target] = (w.float() + (b.float() @ a.float()) * scale).to(torch.bfloat16)
+        w_bits = tensors[target].view(torch.int16).numpy().view(np.uint16)
+        merged = exact_fp.merged_bf16_bits_array(w_bits, b.float().numpy(), a.float().numpy(), scale)
+        tensors[target] = torch.from_numpy(merged.view(np.int16)).view(torch.bfloat16)
     if widen_on_use:
         return tc, WidenOnUse({k[len(LANG):]: v for k, v in tensors.items() if k.startswith(LANG)}, dtype)
     w = {k[len(LANG):]: v.to(dtype) for k, v in tensors.items() if k.startswith(LANG)}
