@@ -405,12 +405,7 @@ class Runner {
             const int64_t n = past + rows[r] + 1;  // the row's keys: its pairs share them
             for (int64_t h = 0; h < group; ++h) {
               float* pr = pr0 + h * width;
-              float mx = -INFINITY;
-              for (int64_t j = 0; j < n; ++j) {
-                pr[j] = pr[j] * scale;
-                mx = std::max(mx, pr[j]);
-              }
-              k_.exp_shifted(pr, mx, n);
+              k_.exp_shifted(pr, k_.scale_max(pr, scale, n), n);
             }
             // Each pair's sum in key order; four pairs side by side (independent chains, so
             // the adds overlap instead of waiting on one another).
@@ -420,10 +415,8 @@ class Runner {
               float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
               for (int64_t j = 0; j < n; ++j)
                 for (int u = 0; u < 4; ++u) sum[u] += src[u][j];
-              for (int64_t h = h0; h < std::min(group, h0 + 4); ++h) {
-                float* pr = pr0 + h * width;
-                for (int64_t j = 0; j < n; ++j) pr[j] = pr[j] / sum[h - h0];
-              }
+              for (int64_t h = h0; h < std::min(group, h0 + 4); ++h)
+                k_.divide(pr0 + h * width, sum[h - h0], n);
             }
           }
           over_keys([](const KvBlock& b) { return b.v.data(); },

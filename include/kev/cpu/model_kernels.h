@@ -43,6 +43,8 @@ class ModelKernels {
     vec::axpy_rows(y, a, x, ld, rows, n);
   }
   void scale(float* y, float a, int64_t n) const { vec::scale(y, a, n); }
+  float scale_max(float* y, float a, int64_t n) const { return vec::scale_max(y, a, n); }
+  void divide(float* y, float d, int64_t n) const { vec::divide(y, d, n); }
   // The elementwise activations over arrays (vec.h; fixed_math.h's exp, the same bits everywhere).
   void exp_shifted(float* y, float shift, int64_t n) const { vec::exp_shifted(y, shift, n); }
   void silu(float* y, int64_t n) const { vec::silu(y, n); }

@@ -26,6 +26,10 @@ void axpy(float* y, float a, const float* x, int64_t n);  // y += a * x
 // y += a[r] * x_r for rows x_r = x + r * ld, r = 0 .. rows-1 in order (the repeated axpy).
 void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n);
 void scale(float* y, float a, int64_t n);  // y *= a
+// y *= a, then the largest y (-inf for n = 0): a softmax's scaling and shift. The maximum does
+// not depend on the order it is taken in (for inputs without NaN), so it runs in 16 lanes.
+float scale_max(float* y, float a, int64_t n);
+void divide(float* y, float d, int64_t n);  // y = y / d (a division each, not a reciprocal)
 
 // The attention kernels, many rows at once with each result's own order unchanged:
 // dot_block: out[i * ldo + j] = dot(a + i * lda, x + j * ldx, n) for i < na, j < nx, bit for bit;

@@ -5,6 +5,8 @@
 // (x86-64: AVX-512, AVX2 and the baseline, chosen at load time by the CPU, not by KEV_ISA).
 #include "kev/cpu/vec.h"
 
+#include <cmath>
+
 #include "cpu/kernel_order.h"
 #include "cpu/portable/gdn_columns.h"
 
@@ -69,6 +71,29 @@ KEV_CLONES void axpy_rows(float* y, const float* a, const float* x, int64_t ld, 
 
 KEV_CLONES void scale(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+KEV_CLONES float scale_max(float* y, float a, int64_t n) {
+  constexpr int kLanes = 16;
+  float m[kLanes];
+  for (float& e : m) e = -INFINITY;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      y[i + l] *= a;
+      m[l] = m[l] < y[i + l] ? y[i + l] : m[l];
+    }
+  for (; i < n; ++i) {
+    y[i] *= a;
+    m[0] = m[0] < y[i] ? y[i] : m[0];
+  }
+  float r = m[0];
+  for (int l = 1; l < kLanes; ++l) r = r < m[l] ? m[l] : r;
+  return r;
+}
+
+KEV_CLONES void divide(float* y, float d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] /= d;
 }
 
 KEV_CLONES void exp_shifted(float* y, float shift, int64_t n) {

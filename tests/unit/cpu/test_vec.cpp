@@ -318,9 +318,42 @@ TEST(Vec, ActivationsOverArraysMatchScalarBitwise) {
   vec::mul_sigmoid(y.data(), u.data(), n);
   for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same(y[i], x[i] * vec::sigmoid(u[i]))) << x[i];
   y = x;
+  vec::divide(y.data(), 0.7f, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same(y[i], x[i] / 0.7f)) << x[i];
+  y = x;
   vec::scale_mul_silu(y.data(), 0.3f, u.data(), x.data(), n);
   for (int64_t i = 0; i < n; ++i)
     ASSERT_TRUE(same(y[i], x[i] * 0.3f * u[i] * vec::silu(x[i]))) << x[i];
+}
+
+// scale_max scales every element as y * a does and returns the largest, whatever the length
+// (tails past a multiple of 16, the maximum in the tail, in any lane, or first or last), and
+// -inf for no elements.
+TEST(Vec, ScaleMaxScalesAndReturnsTheLargest) {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> d(-50.0f, 50.0f);
+  auto same = [](float a, float b) {
+    return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+  };
+  EXPECT_EQ(vec::scale_max(nullptr, 0.5f, 0), -std::numeric_limits<float>::infinity());
+  for (int64_t n : {1, 5, 15, 16, 17, 31, 32, 33, 100, 1000}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& e : x) e = d(rng);
+      if (trial % 4 == 1) x[static_cast<size_t>(trial) % x.size()] = 300.0f;  // a clear maximum
+      if (trial % 4 == 2) x.back() = 300.0f;
+      if (trial % 4 == 3) std::fill(x.begin(), x.end(), -std::numeric_limits<float>::infinity());
+      std::vector<float> y = x;
+      const float got = vec::scale_max(y.data(), 0.0625f * static_cast<float>(trial + 1), n);
+      float want = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < n; ++i) {
+        const float e = x[static_cast<size_t>(i)] * (0.0625f * static_cast<float>(trial + 1));
+        ASSERT_TRUE(same(y[static_cast<size_t>(i)], e)) << n << " " << i;
+        want = std::max(want, e);
+      }
+      ASSERT_TRUE(same(got, want)) << "n=" << n << " trial=" << trial;
+    }
+  }
 }
 
 }  // namespace
