@@ -302,9 +302,11 @@ KEV_AVX512 void dot_block_avx512(const float* a, int64_t lda, int64_t na, const 
             acc[r + 4 * c] = _mm512_add_ps(acc[r + 4 * c], _mm512_mul_ps(av[r], xv));
         }
       }
-      const __m512 dots = trees16x16(acc);
-      for (int r = 0; r < 4; ++r)
-        _mm_storeu_ps(out + (i + r) * ldo + j, _mm512_extractf32x4_ps(dots, r));
+      const __m512 dots = trees16x16(acc);  // (the lane index must be a literal)
+      _mm_storeu_ps(out + i * ldo + j, _mm512_extractf32x4_ps(dots, 0));
+      _mm_storeu_ps(out + (i + 1) * ldo + j, _mm512_extractf32x4_ps(dots, 1));
+      _mm_storeu_ps(out + (i + 2) * ldo + j, _mm512_extractf32x4_ps(dots, 2));
+      _mm_storeu_ps(out + (i + 3) * ldo + j, _mm512_extractf32x4_ps(dots, 3));
     }
   }
   for (int64_t i = 0; i < na; ++i) {
