@@ -244,20 +244,6 @@ def torch_uses_the_contract_order(shapes):
     return True
 
 
-def torch_order_bound(got, want, B, A, scale):
-    """Per element, how far two float32 evaluations of bf16(W + (B @ A) * scale) can be apart when
-    B @ A sums its r products in different orders (standard error analysis, u = 2^-24): each sum
-    is within gamma_r = r u / (1 - r u) of sum |b||a| of the exact one, the multiply and the add
-    round once more each, and each BF16 rounding moves at most half a BF16 ulp."""
-    u = 2.0 ** -24
-    r = B.shape[1]
-    gamma = r * u / (1 - r * u)
-    mag = B.double().abs() @ A.double().abs()
-    m = torch.maximum(got.double().abs(), want.double().abs())
-    ulp = torch.pow(2.0, torch.floor(torch.log2(m.clamp_min(2.0 ** -126))) - 7)
-    return ulp + 4 * u * m + scale * mag * (2 * gamma + 2 * u * (1 + gamma))
-
-
 def ordered(bits):
     """int16 BF16 patterns -> integers in the order of the values they encode (one ulp = 1)."""
     b = bits.to(torch.int32)
@@ -268,7 +254,7 @@ def test_merged_targets_match_torch(synth):
     """Against torch's own merge on this machine. Torch's sgemm picks its accumulation order per
     CPU: where the probe shows it uses the contract's order, every element must be identical;
     elsewhere at most 1e-4 of them different, each within what two float32 evaluations of the
-    same formula can differ by (torch_order_bound): one BF16 ulp, plus the rounding error of
+    same formula can differ by (exact_fp.merge_orders_bound): one BF16 ulp, plus the rounding error of
     two summation orders of B @ A, which W + ... can leave larger than an ulp where it cancels
     (seen on an Intel Xeon with AVX-512: 2 ulps at one element)."""
     inputs = list(merge_inputs(synth))
@@ -280,7 +266,7 @@ def test_merged_targets_match_torch(synth):
         diff = (ordered(got.view(torch.int16)) - ordered(want.view(torch.int16))).abs()
         if strict:
             assert int(diff.max()) == 0, f"{name}: torch uses the contract order here, yet differs"
-        far = (got.double() - want.double()).abs() > torch_order_bound(got, want, B, A, scale)
+        far = (got.double() - want.double()).abs() > exact_fp.merge_orders_bound(got, want, B, A, scale)
         assert not bool(far.any()), f"{name}: beyond two float32 orders' bound from torch"
         differing += int((diff != 0).sum())
         total += diff.numel()

@@ -27,6 +27,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+import exact_fp  # noqa: E402
 import kevtest  # noqa: E402
 from kevtest import run_kev  # noqa: E402
 
@@ -166,19 +167,38 @@ def test_synth_lora_small_f32_tensors_are_bf16_exact(lora):
     assert all(torch.equal(t.to(torch.bfloat16).float(), t) for t in small)
 
 
-def test_torch_merge_matches_kevs_merge_within_one_ulp(lora):
+def lora_factors(synth):
+    """{unprefixed target name: (B, A)} of the LoRA checkpoint, and its scale alpha / r."""
+    adapter = kevtest.read_safetensors(synth / "checkpoint" / "adapter_model.safetensors")
+    cfg = json.loads((synth / "checkpoint" / "adapter_config.json").read_text())
+    out = {}
+    for name, a in adapter.items():
+        if name.endswith(".lora_A.weight"):
+            stem = name[len("base_model.model."):-len(".lora_A.weight")]
+            out[stem + ".weight"] = (adapter[name.replace(".lora_A.", ".lora_B.")], a)
+    return out, cfg["lora_alpha"] / cfg["r"]
+
+
+def test_torch_merge_matches_kevs_merge_within_two_orders(lora):
     """Which bytes the full checkpoint carries: torch's merge next to kev's (bundle-format.md,
-    "Next to torch": equal where torch's sgemm sums as the merge contract does, else a few
-    elements one bf16 ulp apart)."""
+    "Next to torch": equal where torch's sgemm sums as the merge contract does; elsewhere a few
+    elements apart, each within what two summation orders of B @ A can give, which is one BF16
+    ulp except where W + ... cancels: 2 ulps at one element on an Intel Xeon). Tensors the LoRA
+    does not touch are identical."""
     mine, kevs = torch_merged(lora[0]), bundle_weights(lora[2])
-    assert set(mine) == set(kevs)
+    factors, scale = lora_factors(lora[0])
+    assert set(mine) == set(kevs) and set(factors) <= set(mine) and factors
     differing = 0
     for name, t in mine.items():
-        a, b = t.view(torch.int16).int(), kevs[name].view(torch.int16).int()
-        assert int((a - b).abs().max()) <= 1, name
-        differing += int((a != b).sum())
+        if name not in factors:
+            assert torch.equal(t.view(torch.int16), kevs[name].view(torch.int16)), name
+            continue
+        B, A = factors[name]
+        bound = exact_fp.merge_orders_bound(t, kevs[name], B, A, scale)
+        assert not bool(((t.double() - kevs[name].double()).abs() > bound).any()), name
+        differing += int((t.view(torch.int16) != kevs[name].view(torch.int16)).sum())
     total = sum(t.numel() for t in mine.values())
-    print(f"torch merge vs kev merge: {differing} of {total} elements differ by one bf16 ulp")
+    print(f"torch merge vs kev merge: {differing} of {total} elements differ")
     assert differing <= total * 1e-4
 
 
@@ -198,10 +218,33 @@ def test_torch_merged_full_checkpoint_answers_as_the_lora_bundle(lora, full):
            for a, b in zip(*(dict(sorted(w.items())).values()
                              for w in (torch_merged(lora[0]), bundle_weights(lora[2]))))):
         digits = [(), ("--decimals", "-1")]  # identical weights: identical at every digit
-    else:
-        digits = [()]  # torch summed B @ A in another order here: the 4-decimal answers
+    else:  # torch summed B @ A in another order here: a few weights an ulp or two apart
+        # This random tiny-width, 64-layer model amplifies them to ~1e-3 in probability (Intel
+        # Xeon with AVX-512: at most 1.0e-3), so the answers agree in form, choice and
+        # tokens, and in every number within 5e-3.
+        got, want = without_latency(score(full[2])), without_latency(score(lora[2]))
+        assert_close_answers(got, want, 5e-3)
+        return
     for extra in digits:
         assert without_latency(score(full[2], *extra)) == without_latency(score(lora[2], *extra))
+
+
+def assert_close_answers(got, want, tol, path="answers"):
+    """Same structure and strings (and every usage count but output_tokens, which counts the
+    printed digits), numbers within tol."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), path
+        for k in want:
+            if k != "output_tokens":
+                assert_close_answers(got[k], want[k], tol, f"{path}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_close_answers(g, w, tol, f"{path}[{i}]")
+    elif isinstance(want, float):
+        assert isinstance(got, (int, float)) and abs(got - want) <= tol, (path, got, want)
+    else:
+        assert got == want, (path, got, want)
 
 
 def test_bundle_keeps_the_checkpoint_bytes_and_records_the_form(full):

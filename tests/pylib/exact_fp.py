@@ -154,3 +154,20 @@ def merged_bf16_bits_array(w_bits, b, a, scale):
     t = mul_f32_array(acc, scale)
     w = (w_bits.astype(np.uint32) << 16).view(np.float32)
     return bf16_bits_array(add_f32_array(w, t))
+
+
+# ---------------------------------------------------------------- another summation order
+def merge_orders_bound(got, want, B, A, scale):
+    """Per element, how far two float32 evaluations of bf16(W + (B @ A) * scale) can be apart
+    when B @ A sums its r products in different orders (torch tensors in, float64 tensor out;
+    standard error analysis, u = 2^-24): each sum is within gamma_r = r u / (1 - r u) of
+    sum |b||a| of the exact one, the multiply and the add round once more each, and each BF16
+    rounding moves at most half a BF16 ulp. Where W + ... cancels, this exceeds one ulp."""
+    import torch
+    u = 2.0 ** -24
+    r = B.shape[1]
+    gamma = r * u / (1 - r * u)
+    mag = B.double().abs() @ A.double().abs()
+    m = torch.maximum(got.double().abs(), want.double().abs())
+    ulp = torch.pow(2.0, torch.floor(torch.log2(m.clamp_min(2.0 ** -126))) - 7)
+    return ulp + 4 * u * m + scale * mag * (2 * gamma + 2 * u * (1 + gamma))
