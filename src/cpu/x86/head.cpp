@@ -86,9 +86,7 @@ KEV_HEAD_TARGET inline void store_part(float* p, const V& v, size_t n) {
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v.x);
 }
 KEV_HEAD_TARGET inline float reduce(const V& a) {
-  const __m256 lo = _mm512_castps512_ps256(a.x);
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.x), 1));
-  return x86::tree16(lo, hi);
+  return x86::tree16(a.x);
 }
 // 32 zmm registers: up to 16 accumulators per tile.
 constexpr size_t kMaxNq = 8;

@@ -14,4 +14,10 @@ __attribute__((target("avx2"))) inline float tree16(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
 
+// The same tree on one 16-lane register (lanes 0-7 are its low half), for AVX-512 code.
+__attribute__((target("avx512f,avx2"))) inline float tree16(__m512 v) {
+  return tree16(_mm512_castps512_ps256(v),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
 }  // namespace kev::x86

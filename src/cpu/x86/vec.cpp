@@ -231,12 +231,6 @@ KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p,
 
 #define KEV_AVX512 KEV_TARGET_AVX512
 
-// dot's tree on one 16-lane register: lanes 0-7 plus lanes 8-15, then tree16's AVX2 steps.
-KEV_AVX512 inline float tree16_512(__m512 v) {
-  return x86::tree16(_mm512_castps512_ps256(v),
-                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
-
 // Eight rows at a time against one vector (eight independent chains cover the add latency): per
 // row dot's 16 lane sums in one register, then its tree. n must be a multiple of 16.
 KEV_AVX512 void dot_rows_avx512(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
@@ -251,14 +245,14 @@ KEV_AVX512 void dot_rows_avx512(const float* a, const float* x, int64_t ld, int6
       for (int c = 0; c < 8; ++c)
         acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(av, _mm512_loadu_ps(xr + c * ld + i)));
     }
-    for (int c = 0; c < 8; ++c) out[r + c] = tree16_512(acc[c]);
+    for (int c = 0; c < 8; ++c) out[r + c] = x86::tree16(acc[c]);
   }
   for (; r < rows; ++r) {
     const float* xr = x + r * ld;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16)
       acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(xr + i)));
-    out[r] = tree16_512(acc);
+    out[r] = x86::tree16(acc);
   }
 }
 
