@@ -1,17 +1,17 @@
-// Admission (kev/serve/admission.h): the fresh and backlogged FIFOs, their workers and the
+// AdmissionQueue (kev/serve/admission.h): the fresh and backlogged FIFOs, their workers and the
 // deadline sweeper.
 #include "kev/serve/admission.h"
 
 #include <malloc.h>
 
-#include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 namespace kev {
 namespace {
 
-using Clock = Admission::Clock;
+using Clock = AdmissionQueue::Clock;
 
 // Bodies in one batch after which the freed memory is returned to the system (see work()).
 constexpr size_t kTrimAfterBytes = 1 << 20;
@@ -19,7 +19,7 @@ constexpr size_t kTrimAfterBytes = 1 << 20;
 }  // namespace
 
 template <class F>
-void Admission::guarded(const char* what, F&& f) const {
+void AdmissionQueue::guarded(const char* what, F&& f) const {
   std::string line;
   try {
     f();
@@ -29,20 +29,18 @@ void Admission::guarded(const char* what, F&& f) const {
   } catch (...) {
     line = std::string("kev serve: internal error while ") + what;
   }
-  if (log_)
-    log_(std::move(line));
-  else
-    std::fprintf(stderr, "%s\n", line.c_str());
+  log_(std::move(line));
 }
 
-void Admission::start(Runner runner, Log log) {
+void AdmissionQueue::start(Runner runner, Log log) {
+  if (!log) throw std::invalid_argument("AdmissionQueue::start needs a log");
   runner_ = std::move(runner);
   log_ = std::move(log);
   for (size_t i = 0; i < max_inflight_; ++i) threads_.emplace_back([this] { work(); });
   threads_.emplace_back([this] { sweep(); });
 }
 
-bool Admission::submit(std::shared_ptr<AdmissionTask> task, Refuse refuse) {
+bool AdmissionQueue::submit(std::shared_ptr<AdmissionTask> task, Refuse refuse) {
   Job displaced;
   {
     std::lock_guard lock(mutex_);
@@ -62,12 +60,12 @@ bool Admission::submit(std::shared_ptr<AdmissionTask> task, Refuse refuse) {
   return true;
 }
 
-std::pair<size_t, size_t> Admission::counts() const {
+std::pair<size_t, size_t> AdmissionQueue::counts() const {
   std::lock_guard lock(mutex_);
   return {inflight_, queued()};
 }
 
-void Admission::stop() {
+void AdmissionQueue::stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -78,7 +76,7 @@ void Admission::stop() {
   threads_.clear();
 }
 
-void Admission::work() {
+void AdmissionQueue::work() {
   std::unique_lock lock(mutex_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || queued() > 0; });
@@ -139,7 +137,7 @@ void Admission::work() {
   }
 }
 
-void Admission::sweep() {
+void AdmissionQueue::sweep() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     if (queued() == 0) {

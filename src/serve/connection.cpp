@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 #include <linux/sockios.h>
+#include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -282,12 +284,10 @@ class HttpConnection final : public Connection,
     stream_.expires_never();
     auto self = shared_from_this();
     auto body = std::make_shared<const std::string>(std::move(parser_->get().body()));
-    const int fd = stream_.socket().native_handle();
     auto& io = srv_->io;
     const double wait_s = opt().queue_timeout_s;
     auto task = std::make_shared<ScoreTask>();
     task->body = body;
-    task->fd = fd;
     task->endpoint = endpoint;
     task->alone = endpoint != Endpoint::kSystemOne;
     task->backlogged = backlogged();
@@ -297,6 +297,7 @@ class HttpConnection final : public Connection,
       auto reply = std::make_shared<Reply>(std::move(r));
       return [self, reply, &io] {
         asio::post(io, [self, reply] {
+          self->stop_watching();
           self->queue_ms_ = reply->queue_ms;
           if (reply->cancelled) return self->cancelled();
           self->send(std::move(*reply));
@@ -304,26 +305,70 @@ class HttpConnection final : public Connection,
       };
     };
     const Clock::time_point queued_at = task->queued_at;
-    bool queued = srv_->admission.submit(
-        std::move(task), [self, &io, wait_s, queued_at](Admission::Refusal why) {
-          const double waited = std::chrono::duration<double>(Clock::now() - queued_at).count();
-          self->srv_->metrics.queue_wait(waited);
-          asio::post(io, [self, wait_s, waited, why] {
-            self->queue_ms_ = waited * 1000;
-            if (why == Admission::Refusal::kDisplaced)
-              return self->send(detail(503,
-                                       "the server is busy and this connection has replies it has "
-                                       "not read: its queued request gave its place to another "
-                                       "client; read the replies, then retry"));
-            self->send(detail(
-                503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
-          });
-        });
+    using Refusal = Admission<ScoreTask>::Refusal;
+    bool queued = srv_->admission.submit(task, [self, &io, wait_s, queued_at](Refusal why) {
+      const double waited = std::chrono::duration<double>(Clock::now() - queued_at).count();
+      self->srv_->metrics.queue_wait(waited);
+      asio::post(io, [self, wait_s, waited, why] {
+        self->stop_watching();
+        self->queue_ms_ = waited * 1000;
+        if (why == Refusal::kDisplaced)
+          return self->send(detail(503,
+                                   "the server is busy and this connection has replies it has "
+                                   "not read: its queued request gave its place to another "
+                                   "client; read the replies, then retry"));
+        self->send(detail(
+            503, fmt::format("no scoring slot became free within {} s; retry later", wait_s)));
+      });
+    });
     if (!queued) {
       auto [inflight, waiting] = srv_->admission.counts();
-      send(detail(503, fmt::format("the server is busy ({} scoring, {} queued); retry later",
-                                   inflight, waiting)));
+      return send(detail(503, fmt::format("the server is busy ({} scoring, {} queued); retry later",
+                                          inflight, waiting)));
     }
+    watch_for_reset(task);
+  }
+
+  // While its task is queued or scoring, the connection watches its own socket for a reset and
+  // tells the task (ScoreTask::client_reset), whose work then stops at its next safe point: no
+  // worker touches a client's descriptor (it could be closed and reused by another client
+  // meanwhile). A reset (RST) shows as an error or hang-up on the socket; a FIN alone is not
+  // "gone": RFC 9112 lets a client half-close after sending its request and still read.
+  void watch_for_reset(const std::shared_ptr<ScoreTask>& task) {
+    // Checked at once too, so that a reset that came with the body is seen before a worker
+    // takes the task.
+    if (reset_by_peer()) return task->client_reset.store(true);
+    stream_.socket().async_wait(
+        tcp::socket::wait_error,
+        [self = shared_from_this(), task = std::weak_ptr<ScoreTask>(task),
+         watch = watch_](beast::error_code ec) { self->on_watch(ec, task, watch); });
+  }
+
+  // The socket reported an exceptional condition: a reset, or urgent data (TCP's out-of-band
+  // byte, meaningless to HTTP). The urgent byte is dropped and the watch goes on: left unread,
+  // it would wake every new wait at once. If it cannot be read, the watch ends (the request is
+  // then computed whatever the client does, as after a FIN).
+  void on_watch(beast::error_code ec, const std::weak_ptr<ScoreTask>& task, uint64_t watch) {
+    if (ec || watch != watch_ || phase_ != Phase::kBusy) return;  // the reply came first
+    auto t = task.lock();
+    if (!t) return;
+    if (reset_by_peer()) return t->client_reset.store(true);
+    char byte;
+    if (::recv(stream_.socket().native_handle(), &byte, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+      watch_for_reset(t);
+  }
+
+  bool reset_by_peer() {
+    pollfd p{stream_.socket().native_handle(), POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP)) != 0;
+  }
+
+  // The task's reply (or refusal) is here: a pending watch is cancelled and its completion, if
+  // already queued, is ignored.
+  void stop_watching() {
+    ++watch_;
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
   }
 
   // The client does not wait for its replies (Admission's fairness rule, admission.h): it has
@@ -506,6 +551,7 @@ class HttpConnection final : public Connection,
   size_t reserved_ = 0;     // of srv_->body_bytes
   size_t served_ = 0;       // replies sent on this connection
   bool pipelined_ = false;  // the next request had arrived when the last reply was written
+  uint64_t watch_ = 0;      // watch_for_reset generation (stop_watching ends one)
   Clock::time_point idle_since_ = Clock::now();  // when it last became idle
 };
 

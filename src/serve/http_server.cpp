@@ -263,17 +263,7 @@ void HttpServer::start() {
   s.started_at = Clock::now();
   s.guard.emplace(s.io.get_executor());
   s.admission.start(
-      [&s](const std::vector<std::shared_ptr<AdmissionTask>>& queued) {
-        std::vector<std::function<void()>> then;
-        then.reserve(queued.size());
-        std::vector<std::shared_ptr<ScoreTask>> tasks;
-        tasks.reserve(queued.size());
-        for (const auto& t : queued) tasks.push_back(std::static_pointer_cast<ScoreTask>(t));
-        std::vector<Reply> replies = s.scoring.run(tasks);
-        for (size_t i = 0; i < tasks.size(); ++i)
-          then.push_back(tasks[i]->reply(std::move(replies[i])));
-        return then;
-      },
+      [&s](const std::vector<std::shared_ptr<ScoreTask>>& tasks) { return s.scoring.run(tasks); },
       [&s](std::string line) { s.log.line(std::move(line)); });
   s.reopen_spare();
   beast::error_code ignored;

@@ -1,8 +1,6 @@
 // ScoringService (scoring_service.h): bodies to replies on the admission workers.
 #include "serve/scoring_service.h"
 
-#include <poll.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,14 +15,6 @@ namespace kev {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A peer that reset the connection (RST) will never read an answer. A FIN alone is not taken as
-// "gone": RFC 9112 allows a client to half-close after sending its request and still read.
-bool peer_reset(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  return (p.revents & (POLLERR | POLLHUP)) != 0;
-}
 
 double mib(size_t bytes) {
   return static_cast<double>(bytes) / (1 << 20);
@@ -88,7 +78,8 @@ std::chrono::steady_clock::time_point ScoringService::deadline(const ScoreTask& 
   return task.queued_at + seconds(options.queue_timeout_s);
 }
 
-std::vector<Reply> ScoringService::run(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const {
+std::vector<std::function<void()>> ScoringService::run(
+    const std::vector<std::shared_ptr<ScoreTask>>& tasks) const {
   // Made before scoring, so that the out-of-memory fallback allocates nothing new per task.
   const Reply out_of_memory = detail(503, "out of memory while scoring; retry later");
   std::vector<Reply> replies;
@@ -97,7 +88,11 @@ std::vector<Reply> ScoringService::run(const std::vector<std::shared_ptr<ScoreTa
   } catch (...) {  // only the batch's own bookkeeping can throw here (out of memory)
     replies.assign(tasks.size(), out_of_memory);
   }
-  return replies;
+  std::vector<std::function<void()>> senders;
+  senders.reserve(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i)
+    senders.push_back(tasks[i]->reply(std::move(replies[i])));
+  return senders;
 }
 
 // Counts one model pass of `requests` requests scored together (/health, /v1/models, and
@@ -163,8 +158,8 @@ Reply ScoringService::score_alone(const ScoreTask& task, const std::function<boo
 }
 
 // The reply to a request whose parsing or scoring threw `error`.
-std::function<bool()> ScoringService::gone_for(int fd) const {
-  return [this, fd] { return stopping.load() || peer_reset(fd); };
+std::function<bool()> ScoringService::gone_for(const ScoreTask& task) const {
+  return [this, &task] { return stopping.load() || task.client_reset.load(); };
 }
 
 Reply ScoringService::shutting_down() {
@@ -219,17 +214,16 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
   std::vector<ScoreJob> jobs;
   std::vector<size_t> of;  // jobs[k] is tasks[of[k]]
   for (size_t i = 0; i < tasks.size(); ++i) {
-    const int fd = tasks[i]->fd;
     if (stopping.load()) {  // the drain's deadline passed while it was queued
       replies[i] = shutting_down();
       continue;
     }
-    if (peer_reset(fd)) {  // reset while queued: nothing is computed for it
+    if (tasks[i]->client_reset.load()) {  // reset while queued: nothing is computed for it
       replies[i].cancelled = true;
       continue;
     }
     if (tasks[i]->endpoint != Endpoint::kSystemOne) {
-      replies[i] = score_alone(*tasks[i], gone_for(fd));
+      replies[i] = score_alone(*tasks[i], gone_for(*tasks[i]));
       continue;
     }
     auto parsed = parse(*tasks[i]->body);
@@ -238,7 +232,7 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
       continue;
     }
     requests[i].emplace(std::move(std::get<ApiRequest>(parsed)));
-    jobs.push_back(ScoreJob{&*requests[i], gone_for(fd)});
+    jobs.push_back(ScoreJob{&*requests[i], gone_for(*tasks[i])});
     of.push_back(i);
   }
   if (jobs.empty()) return;

@@ -1,5 +1,5 @@
 // ScoringService: request bodies to replies, on the admission workers. One batch taken from
-// the queue (Admission) becomes one Reply per task: each body is checked for a reset client,
+// the queue (Admission) becomes one Reply per task: each task is checked for a reset client,
 // decoded (kev/text/request_decoder.h, as `kev score` decodes) and
 // the requests left are scored together in one model pass (Scorer::score_batch); permute and
 // separate run alone, one pass per question or permutation. Every task gets the status and
@@ -44,7 +44,9 @@ struct ScoreTask : AdmissionTask {
   Endpoint endpoint = Endpoint::kSystemOne;
   std::chrono::steady_clock::time_point queued_at;
   std::shared_ptr<const std::string> body;
-  int fd = -1;  // the client's socket, polled for a reset (peer_reset)
+  // Set by the client's connection, on the I/O thread, when the client resets it (RST) while the
+  // task is queued or scoring; workers read this flag and never touch the client's socket.
+  std::atomic<bool> client_reset{false};
   // On a worker thread, with the task's reply (or cancelled); returns what sends it, to be run
   // once the request no longer counts as in flight.
   std::function<std::function<void()>(Reply)> reply;
@@ -53,9 +55,11 @@ struct ScoreTask : AdmissionTask {
 struct ScoringService {
   ScoringService(const ServeOptions& o, ServeMetrics& m) : options(o), metrics(m) {}
 
-  // On a worker thread: one reply per task of a batch, in order (never throws: out of memory
-  // while bookkeeping the batch answers every task 503).
-  std::vector<Reply> run(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const;
+  // On a worker thread (Admission's runner): one reply per task of a batch, in order (out of
+  // memory while bookkeeping the batch answers every task 503); returns, per task, what sends
+  // its reply (ScoreTask::reply), for Admission to run once the batch is no longer in flight.
+  std::vector<std::function<void()>> run(
+      const std::vector<std::shared_ptr<ScoreTask>>& tasks) const;
 
   // Counts one model pass of `requests` requests scored together (/health, /v1/models, and
   // ServeOptions::on_batch for /metrics).
@@ -92,8 +96,8 @@ struct ScoringService {
   std::chrono::steady_clock::time_point deadline(const ScoreTask& task) const;
   // The reply to a request whose parsing or scoring threw `error`.
   Reply error_reply(std::exception_ptr error, const std::function<bool()>& gone) const;
-  // The gone() of a task on socket fd: its client reset the connection, or `stopping`.
-  std::function<bool()> gone_for(int fd) const;
+  // The gone() of a task: its client reset the connection, or `stopping`.
+  std::function<bool()> gone_for(const ScoreTask& task) const;
   // The 503 of a request stopped (or not started) because the drain's deadline passed.
   static Reply shutting_down();
   // One batch, in FIFO order: each task's queue wait recorded, then score_tasks.

@@ -61,7 +61,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   tcp::acceptor acceptor{io};
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guard;
   std::thread io_thread;
-  Admission admission;
+  Admission<ScoreTask> admission;
   mutable ServeMetrics metrics{route_names()};  // thread-safe (atomic counters)
   ScoringService scoring{options, metrics};     // the scorer, once set_ready() publishes it
   const std::string openapi = openapi_document();

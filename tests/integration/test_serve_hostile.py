@@ -359,6 +359,52 @@ def test_reset_client_scoring_stops_after_its_prefix(bundle):
         s.close()
 
 
+def io_thread_cpu_s(pid):
+    """CPU seconds of kev serve's busiest thread that is not scoring: the I/O thread's share
+    while every worker is busy would show a loop that spins on its socket events."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return out
+
+
+def test_urgent_data_is_not_a_reset(bundle):
+    """TCP urgent data (MSG_OOB) wakes the connection's reset watch as a reset does; it is not
+    one: the queued request is still scored and answered 200, and the watch does not spin (a wait
+    re-armed with the urgent byte unread wakes again at once: 100% of the I/O thread)."""
+    s = ServeProcess(bundle, "--max-inflight", 1, "--threads", 1, "--cache-entries", 0)
+    try:
+        blocker = threading.Thread(target=lambda: s.score(slow_request("block", questions=6)), daemon=True)
+        blocker.start()
+        assert wait_for(lambda: s.request("GET", "/health")[2]["inflight"] == 1)
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        c.sendall(post({"state": "urgent", "questions": QUICK["questions"]}))
+        assert wait_for(lambda: s.request("GET", "/health")[2]["queued"] == 1)
+        before = io_thread_cpu_s(s.proc.pid)
+        for _ in range(3):  # each wakes the watch once
+            c.send(b"!", socket.MSG_OOB)
+            time.sleep(0.1)
+        time.sleep(0.7)
+        after = io_thread_cpu_s(s.proc.pid)
+        # One thread scores (--threads 1: about a second of CPU); no other may burn a tenth of it.
+        idle = sorted(after[t] - before.get(t, 0) for t in after)[:-1]
+        assert all(d < 0.1 for d in idle), sorted((after[t] - before.get(t, 0), t) for t in after)
+        data = b""
+        while not data.endswith(b"}"):
+            chunk = c.recv(65536)
+            assert chunk, data
+            data += chunk
+        (status, _, body), = parse_responses(data)
+        assert status == 200 and "answers" in json.loads(body), body
+        blocker.join(timeout=120)
+        assert "499" not in s.stderr()
+    finally:
+        s.close()
+
+
 def test_fifo_admission_and_queue_deadline(bundle):
     s = ServeProcess(bundle, "--max-inflight", 1, "--max-queue", 8, "--queue-timeout", 4, "--cache-entries", 0)
     try:

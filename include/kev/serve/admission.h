@@ -23,12 +23,16 @@
 //   runner; a displaced task's `refuse` runs with kDisplaced on the submitting thread, after
 //   submit() has released the lock.
 // - stop(): the workers run every task still queued (drain), then every thread is joined.
+// Types: Admission<Task> queues one kind of task (Task derives from AdmissionTask) and hands the
+// runner that same type, so nothing downstream casts; the queue itself (AdmissionQueue, one
+// compiled implementation) sees only AdmissionTask.
 // Ownership: the queue owns each task until a worker or the sweeper takes it. Thread-safe:
 // submit() and counts() from any thread; runner and refuse never run under Admission's lock; an
 // exception they throw on Admission's threads is logged through start()'s `log` (the server's
-// log thread; stderr when none is given), the thread goes on.
+// log sink: Admission writes nothing itself), the thread goes on.
 #pragma once
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -44,13 +48,13 @@ namespace kev {
 
 // What Admission needs of a queued task; the server derives its scoring task from it.
 struct AdmissionTask {
-  virtual ~AdmissionTask() = default;
   bool alone = false;       // scored in a batch of its own (never shares a model pass)
   bool backlogged = false;  // its client has unread replies: queued behind every fresh task
   size_t body_bytes = 0;    // after a batch of >= 1 MiB of bodies, freed memory is returned
 };
 
-class Admission {
+// The queue over AdmissionTask; Admission<Task> below is what callers use.
+class AdmissionQueue {
  public:
   using Clock = std::chrono::steady_clock;
   // Why a queued task is given up without being run.
@@ -61,15 +65,15 @@ class Admission {
   using Runner = std::function<std::vector<std::function<void()>>(
       const std::vector<std::shared_ptr<AdmissionTask>>&)>;
 
-  Admission(size_t max_inflight, size_t max_queue, size_t max_batch, Clock::duration wait)
+  AdmissionQueue(size_t max_inflight, size_t max_queue, size_t max_batch, Clock::duration wait)
       : max_inflight_(max_inflight), max_queue_(max_queue), max_batch_(max_batch), wait_(wait) {}
-  ~Admission() { stop(); }
-  Admission(const Admission&) = delete;
-  Admission& operator=(const Admission&) = delete;
+  ~AdmissionQueue() { stop(); }
+  AdmissionQueue(const AdmissionQueue&) = delete;
+  AdmissionQueue& operator=(const AdmissionQueue&) = delete;
 
-  // One line (no newline) about an internal error.
+  // One line (no newline) about an internal error; required.
   using Log = std::function<void(std::string)>;
-  void start(Runner runner, Log log = {});
+  void start(Runner runner, Log log);
   // false: full (the caller answers 503 at once). A worker that is free takes the task at once;
   // beyond the busy workers, at most max_queue tasks wait (a fresh task may displace the newest
   // backlogged one).
@@ -106,6 +110,42 @@ class Admission {
   size_t busy_ = 0;                  // workers scoring a batch
   bool stopping_ = false;
   std::vector<std::thread> threads_;
+};
+
+// The queue for one type of task: the runner receives the tasks as submitted.
+template <class Task>
+requires std::derived_from<Task, AdmissionTask>
+class Admission {
+ public:
+  using Clock = AdmissionQueue::Clock;
+  using Refusal = AdmissionQueue::Refusal;
+  using Refuse = AdmissionQueue::Refuse;
+  using Log = AdmissionQueue::Log;
+  using Runner =
+      std::function<std::vector<std::function<void()>>(const std::vector<std::shared_ptr<Task>>&)>;
+
+  Admission(size_t max_inflight, size_t max_queue, size_t max_batch, Clock::duration wait)
+      : queue_(max_inflight, max_queue, max_batch, wait) {}
+
+  void start(Runner runner, Log log) {
+    queue_.start(
+        [run = std::move(runner)](const std::vector<std::shared_ptr<AdmissionTask>>& queued) {
+          std::vector<std::shared_ptr<Task>> tasks;
+          tasks.reserve(queued.size());
+          // Every task in the queue came through submit() below, so each is a Task.
+          for (const auto& t : queued) tasks.push_back(std::static_pointer_cast<Task>(t));
+          return run(tasks);
+        },
+        std::move(log));
+  }
+  bool submit(std::shared_ptr<Task> task, Refuse refuse) {
+    return queue_.submit(std::move(task), std::move(refuse));
+  }
+  std::pair<size_t, size_t> counts() const { return queue_.counts(); }
+  void stop() { queue_.stop(); }
+
+ private:
+  AdmissionQueue queue_;
 };
 
 }  // namespace kev

@@ -1,6 +1,6 @@
 // Admission (kev/serve/admission.h) driven directly with a fake runner: FIFO order, batch
 // formation, tasks taken alone, the queue bound, deadline expiry while a worker is busy,
-// exceptions in the runner, and drain on stop().
+// exceptions in the runner (logged through the log given to start()), and drain on stop().
 #include "kev/serve/admission.h"
 
 #include <gtest/gtest.h>
@@ -28,14 +28,16 @@ struct FakeTask : AdmissionTask {
   int id;
 };
 
+using TestAdmission = Admission<FakeTask>;
+
 // A runner that records every batch (task ids, in order) and can hold the worker inside a batch
 // until released, so that the test decides what is queued when the worker next looks.
 class FakeRunner {
  public:
-  Admission::Runner runner() {
-    return [this](const std::vector<std::shared_ptr<AdmissionTask>>& tasks) {
+  TestAdmission::Runner runner() {
+    return [this](const std::vector<std::shared_ptr<FakeTask>>& tasks) {
       std::vector<int> ids;
-      for (const auto& t : tasks) ids.push_back(static_cast<const FakeTask&>(*t).id);
+      for (const auto& t : tasks) ids.push_back(t->id);
       std::unique_lock lock(mutex_);
       const size_t k = entered_++;
       batches_.push_back(ids);
@@ -54,6 +56,17 @@ class FakeRunner {
         });
       return then;
     };
+  }
+  // Admission's log: the lines it was given.
+  TestAdmission::Log log() {
+    return [this](std::string line) {
+      std::lock_guard lock(mutex_);
+      logged_.push_back(std::move(line));
+    };
+  }
+  std::vector<std::string> logged() {
+    std::lock_guard lock(mutex_);
+    return logged_;
   }
   // From now on each batch waits in the runner until released.
   void hold() {
@@ -102,6 +115,7 @@ class FakeRunner {
   size_t allowed_ = std::numeric_limits<size_t>::max();  // batches that may finish
   std::vector<std::vector<int>> batches_;
   std::vector<int> sent_;
+  std::vector<std::string> logged_;
 };
 
 // Counts expirations (and, apart, displacements), thread-safely.
@@ -109,10 +123,10 @@ struct Expired {
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<int> ids, displaced;
-  Admission::Refuse of(int id) {
-    return [this, id](Admission::Refusal why) {
+  TestAdmission::Refuse of(int id) {
+    return [this, id](TestAdmission::Refusal why) {
       std::lock_guard lock(mutex);
-      (why == Admission::Refusal::kExpired ? ids : displaced).push_back(id);
+      (why == TestAdmission::Refusal::kExpired ? ids : displaced).push_back(id);
       cv.notify_all();
     };
   }
@@ -129,8 +143,8 @@ struct Expired {
 TEST(Admission, OneAtATimeInFifoOrder) {
   FakeRunner fake;
   Expired expired;
-  Admission a(/*max_inflight=*/1, /*max_queue=*/16, /*max_batch=*/1, 10s);
-  a.start(fake.runner());
+  TestAdmission a(/*max_inflight=*/1, /*max_queue=*/16, /*max_batch=*/1, 10s);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
@@ -147,8 +161,8 @@ TEST(Admission, OneAtATimeInFifoOrder) {
 TEST(Admission, AFreeWorkerTakesUpToMaxBatchFromTheFront) {
   FakeRunner fake;
   Expired expired;
-  Admission a(1, 16, /*max_batch=*/3, 10s);
-  a.start(fake.runner());
+  TestAdmission a(1, 16, /*max_batch=*/3, 10s);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));  // the worker took 0 alone: nothing else was queued
@@ -162,8 +176,8 @@ TEST(Admission, AFreeWorkerTakesUpToMaxBatchFromTheFront) {
 TEST(Admission, CountsEveryRequestOfABatchInFlight) {
   FakeRunner fake;
   Expired expired;
-  Admission a(1, 16, 4, 10s);
-  a.start(fake.runner());
+  TestAdmission a(1, 16, 4, 10s);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
@@ -181,8 +195,8 @@ TEST(Admission, CountsEveryRequestOfABatchInFlight) {
 TEST(Admission, AnAloneTaskGetsABatchOfItsOwn) {
   FakeRunner fake;
   Expired expired;
-  Admission a(1, 16, 8, 10s);
-  a.start(fake.runner());
+  TestAdmission a(1, 16, 8, 10s);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
@@ -202,8 +216,8 @@ TEST(Admission, AnAloneTaskGetsABatchOfItsOwn) {
 TEST(Admission, RefusesBeyondBusyWorkersPlusMaxQueue) {
   FakeRunner fake;
   Expired expired;
-  Admission a(/*max_inflight=*/2, /*max_queue=*/2, 1, 10s);
-  a.start(fake.runner());
+  TestAdmission a(/*max_inflight=*/2, /*max_queue=*/2, 1, 10s);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(1), expired.of(1)));
@@ -222,8 +236,8 @@ TEST(Admission, RefusesBeyondBusyWorkersPlusMaxQueue) {
 TEST(Admission, AQueuedTaskPastItsDeadlineExpiresWhileTheWorkerIsBusy) {
   FakeRunner fake;
   Expired expired;
-  Admission a(1, 16, 8, /*wait=*/50ms);
-  a.start(fake.runner());
+  TestAdmission a(1, 16, 8, /*wait=*/50ms);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
@@ -246,8 +260,8 @@ TEST(Admission, AQueuedTaskPastItsDeadlineExpiresWhileTheWorkerIsBusy) {
 TEST(Admission, ARunnerThatThrowsCostsItsBatchNotTheWorker) {
   FakeRunner fake;
   Expired expired;
-  Admission a(1, 16, 1, 10s);
-  a.start(fake.runner());
+  TestAdmission a(1, 16, 1, 10s);
+  a.start(fake.runner(), fake.log());
   fake.throw_next();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
@@ -256,13 +270,16 @@ TEST(Admission, ARunnerThatThrowsCostsItsBatchNotTheWorker) {
   a.stop();
   EXPECT_EQ(fake.sent(), std::vector<int>{1});  // batch {0} threw: nothing to send for it
   EXPECT_EQ(a.counts(), (std::pair<size_t, size_t>{0, 0}));
+  EXPECT_EQ(fake.logged(),
+            std::vector<std::string>{
+                "kev serve: internal error while scoring a batch: fake runner failure"});
 }
 
 TEST(Admission, StopDrainsEveryQueuedTaskThenJoins) {
   FakeRunner fake;
   Expired expired;
-  Admission a(1, 16, 2, 10s);
-  a.start(fake.runner());
+  TestAdmission a(1, 16, 2, 10s);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
@@ -284,8 +301,8 @@ TEST(Admission, StopDrainsEveryQueuedTaskThenJoins) {
 TEST(Admission, FreshTasksGoFirstAndBackloggedOnesRunAlone) {
   FakeRunner fake;
   Expired expired;
-  Admission a(/*max_inflight=*/1, /*max_queue=*/16, /*max_batch=*/8, 10s);
-  a.start(fake.runner());
+  TestAdmission a(/*max_inflight=*/1, /*max_queue=*/16, /*max_batch=*/8, 10s);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
@@ -303,8 +320,8 @@ TEST(Admission, FreshTasksGoFirstAndBackloggedOnesRunAlone) {
 TEST(Admission, AFreshTaskDisplacesTheNewestBackloggedOneWhenFull) {
   FakeRunner fake;
   Expired expired;
-  Admission a(/*max_inflight=*/1, /*max_queue=*/2, /*max_batch=*/8, 10s);
-  a.start(fake.runner());
+  TestAdmission a(/*max_inflight=*/1, /*max_queue=*/2, /*max_batch=*/8, 10s);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
@@ -331,8 +348,8 @@ TEST(Admission, AFreshTaskDisplacesTheNewestBackloggedOneWhenFull) {
 TEST(Admission, BackloggedTasksExpireAtTheirDeadline) {
   FakeRunner fake;
   Expired expired;
-  Admission a(1, 16, 8, /*wait=*/50ms);
-  a.start(fake.runner());
+  TestAdmission a(1, 16, 8, /*wait=*/50ms);
+  a.start(fake.runner(), fake.log());
   fake.hold();
   ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
   ASSERT_TRUE(fake.wait_entered(1));
