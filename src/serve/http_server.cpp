@@ -39,29 +39,29 @@ using Clock = std::chrono::steady_clock;
 // them. Replies are small (the largest, /openapi.json, is ~52 KB), so this costs nothing else.
 constexpr int kSendBufferBytes = 64 * 1024;
 
+// SHA-256 of "Bearer <api_key>" (zeros when no key is set).
+std::array<uint8_t, 32> auth_digest_of(const std::string& api_key) {
+  if (api_key.empty()) return {};
+  const std::string expected = "Bearer " + api_key;
+  Sha256 h;
+  h.update(expected.data(), expected.size());
+  return h.digest();
+}
+
 }  // namespace
 
 HttpServer::Impl::Impl(ServeOptions o)
     : options(std::move(o)),
+      auth_digest(auth_digest_of(options.api_key)),
       admission(options.max_inflight, options.max_queue, options.max_batch,
-                seconds(options.queue_timeout_s)) {
-  if (!options.api_key.empty()) {
-    const std::string expected = "Bearer " + options.api_key;
-    Sha256 h;
-    h.update(expected.data(), expected.size());
-    auth_digest = h.digest();
-  }
-}
-
-HttpServer::Impl::~Impl() {
-  if (spare_fd >= 0) ::close(spare_fd);
-}
+                seconds(options.queue_timeout_s)) {}
 
 void HttpServer::Impl::connection_closed(Connection* c) {
+  IoThreadState& st = io_state.get();
   if (c->rejecting()) {
-    --rejecting;
+    --st.rejecting;
   } else {
-    connections.erase(c);
+    st.connections.erase(c);
   }
   reopen_spare();  // a descriptor was just freed
   maybe_finish();
@@ -69,7 +69,7 @@ void HttpServer::Impl::connection_closed(Connection* c) {
 
 void HttpServer::Impl::accept() {
   acceptor.async_accept(io, [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-    if (!self->accepting) return;
+    if (!self->io_state->accepting) return;
     if (ec) return self->accept_failed(ec);
     self->admit(std::move(socket), false);
     self->accept();
@@ -81,19 +81,20 @@ void HttpServer::Impl::accept_failed(beast::error_code ec) {
       ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
   // One line a second at most: a client flood against an exhausted descriptor table must not
   // turn into a flood of log lines.
-  ++accept_failures;
-  if (Clock::now() - accept_logged >= std::chrono::seconds(1)) {
-    accept_logged = Clock::now();
+  IoThreadState& st = io_state.get();
+  ++st.accept_failures;
+  if (Clock::now() - st.accept_logged >= std::chrono::seconds(1)) {
+    st.accept_logged = Clock::now();
     log.line(fmt::format("kev serve: accept failed ({} times): {}; {} connections open",
-                         accept_failures, ec.message(), connections.size()));
-    accept_failures = 0;
+                         st.accept_failures, ec.message(), st.connections.size()));
+    st.accept_failures = 0;
   }
   // Out of descriptors, the client would wait unanswered in the backlog until one is freed (by
   // an idle or request deadline: seconds). The spare descriptor held for this moment is given
   // up to take it: room is made as at the connection cap, else it is answered 503.
-  if (no_fds && spare_fd >= 0) {
-    ::close(spare_fd);
-    spare_fd = -1;
+  if (no_fds && st.spare_fd >= 0) {
+    ::close(st.spare_fd);
+    st.spare_fd = -1;
     tcp::socket socket(io);
     beast::error_code aec;
     acceptor.accept(socket, aec);  // non-blocking: would_block if the client has gone
@@ -106,7 +107,7 @@ void HttpServer::Impl::accept_failed(beast::error_code ec) {
   // Retry shortly rather than spin.
   accept_retry.expires_after(std::chrono::milliseconds(100));
   accept_retry.async_wait([self = shared_from_this()](beast::error_code) {
-    if (self->accepting) self->accept();
+    if (self->io_state->accepting) self->accept();
   });
 }
 
@@ -130,21 +131,23 @@ void HttpServer::Impl::refuse_now(tcp::socket& socket) {
 }
 
 void HttpServer::Impl::reopen_spare() {
-  if (spare_fd < 0) spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  IoThreadState& st = io_state.get();
+  if (st.spare_fd < 0) st.spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 void HttpServer::Impl::admit(tcp::socket socket, bool out_of_fds) {
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   socket.set_option(asio::socket_base::send_buffer_size(kSendBufferBytes), ignored);
+  IoThreadState& st = io_state.get();
   bool reject = false;
-  if (connections.size() >= options.max_connections || out_of_fds) {
+  if (st.connections.size() >= options.max_connections || out_of_fds) {
     // Make room by closing an idle keep-alive connection (its client reconnects at no
     // cost), else the one that has been sending its request the longest: at the cap that is
     // a slow-header/slow-body client, while a normal request is read in milliseconds. When
     // there is neither, the new connection is refused (503).
     Connection* victim = nullptr;
-    for (Connection* c : connections)
+    for (Connection* c : st.connections)
       if (c->idle_between_requests()) {
         victim = c;
         break;
@@ -154,7 +157,7 @@ void HttpServer::Impl::admit(tcp::socket socket, bool out_of_fds) {
     const auto grace =
         Clock::now() - std::min(seconds(1.0), seconds(options.request_timeout_s / 2));
     if (!victim)
-      for (Connection* c : connections)
+      for (Connection* c : st.connections)
         if (c->reading() && c->started() < grace && (!victim || c->started() < victim->started()))
           victim = c;
     if (victim) {
@@ -165,28 +168,29 @@ void HttpServer::Impl::admit(tcp::socket socket, bool out_of_fds) {
   }
   // Beyond the connections answered 503 at their own pace, or holding the spare descriptor:
   // answered at once instead, so that the descriptor is free again before the next accept.
-  if (reject && (out_of_fds || rejecting >= extra_rejecting)) {
+  if (reject && (out_of_fds || st.rejecting >= extra_rejecting)) {
     refuse_now(socket);
     reopen_spare();
     return;
   }
-  std::shared_ptr<Connection> c = Connection::make(shared_from_this(), std::move(socket), reject);
+  auto c = std::make_shared<Connection>(shared_from_this(), std::move(socket), reject);
   if (reject) {
-    ++rejecting;
+    ++st.rejecting;
   } else {
-    connections.insert(c.get());
+    st.connections.insert(c.get());
   }
   c->start();
 }
 
 void HttpServer::Impl::on_shutdown() {
-  if (!accepting) return;
-  accepting = false;
+  IoThreadState& st = io_state.get();
+  if (!st.accepting) return;
+  st.accepting = false;
   beast::error_code ignored;
   acceptor.close(ignored);
   accept_retry.cancel();
   std::vector<Connection*> idle;
-  for (Connection* c : connections)
+  for (Connection* c : st.connections)
     if (c->idle()) idle.push_back(c);
   for (Connection* c : idle) c->close();
   maybe_finish();
@@ -265,10 +269,14 @@ void HttpServer::start() {
   s.admission.start(
       [&s](const std::vector<std::shared_ptr<ScoreTask>>& tasks) { return s.scoring.run(tasks); },
       [&s](std::string line) { s.log.line(std::move(line)); });
-  s.reopen_spare();
   beast::error_code ignored;
   s.acceptor.non_blocking(true, ignored);  // for accept_failed()'s one synchronous accept
-  s.accept();
+  // The listener is the I/O thread's from here: its first handler opens the spare descriptor
+  // and starts accepting (clients that connect before it wait in the listen backlog).
+  asio::post(s.io, [&s] {
+    s.reopen_spare();
+    s.accept();
+  });
   s.io_thread = std::thread([&s] {
     // A handler that throws (e.g. bad_alloc) costs its connection, not the process: log it and
     // keep running the loop (Asio allows run() again after an exception).

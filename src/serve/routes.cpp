@@ -72,7 +72,7 @@ Reply ready_reply(const Impl& srv) {
 Reply metrics_reply(const Impl& srv) {
   MetricsSnapshot now;
   std::tie(now.inflight, now.queued) = srv.admission.counts();
-  now.connections = srv.connections.size();
+  now.connections = srv.io_state->connections.size();
   now.lifecycle = lifecycle_name(srv.lifecycle.load());
   if (const Scorer* s = srv.scoring.scorer.load()) {
     const auto& c = s->cache();

@@ -1,45 +1,14 @@
-// HttpServer: the System1-Omni-compatible HTTP API over one Scorer (docs/reference.md section 8),
-// on Boost.Beast/Asio (HTTP/1.1 parsing by Beast; framing policy, limits and lifecycle here).
-//
-//   POST /v1/systemone           request JSON -> the Scorer's response JSON (application/json);
-//                                any "model" string is accepted and echoed (upstream)
-//   POST /v1/systemone/permute   upstream's demo: one choice question under n_perm option orders
-//   POST /v1/systemone/separate  upstream's demo: each question in its own pass
-//   GET  /health        {"status":"ok"|"loading"|"draining","ready","model","inflight","queued",
-//                        "cache":{...},"batches":{"max_batch","passes","requests","largest"},
-//                        "memory":{"budget","reserved","waiting"}}
-//   GET  /health/live   200 {"status":"live"} whenever the process answers HTTP
-//   GET  /health/ready  200 {"status":"ready","model"} when loaded and not draining, else 503
-//                       (Retry-After: 1) {"status":"loading"|"draining"}
-//   GET  /v1/models     upstream's {"models":[{"name":"kev-latest","description","release_date",
-//                        ...serving details},{"name":"jev-latest",...}]}
-//   GET  /metrics       Prometheus text format 0.0.4 (kev/serve/metrics.h), open, also loading
-//   GET  /openapi.json  the OpenAPI 3.1 document of this API (kev/serve/openapi.h), open
-//   OPTIONS <any path>  with Origin and Access-Control-Request-Method: a CORS preflight, 200 "OK"
-//                       (400 "Disallowed CORS method" for a method outside DELETE GET HEAD
-//                       OPTIONS PATCH POST PUT), text/plain, as Starlette's CORSMiddleware
-//
-// Headers (upstream kev/serve.py; docs/api.md): every response carries x-typesafe-request-id
-// (the client's own when it is 1..128 printable ASCII characters, else a fresh uuid4 hex) and
-// server-timing "app;dur=<ms, 1 decimal>" (from the request's first byte). A request with an
-// Origin gets Access-Control-Allow-Origin "*" (its origin and Vary: Origin when it carries a
-// Cookie) and Access-Control-Expose-Headers "x-typesafe-request-id, server-timing".
-//
-// Auth (ServeOptions::api_key set): a path starting with /v1 without "Authorization: Bearer
-// <key>" gets 401 + WWW-Authenticate: Bearer, before routing (upstream); /health* and CORS
-// preflights stay open.
+// HttpServer: the System1-Omni-compatible HTTP API over one Scorer, on Boost.Beast/Asio (HTTP/1.1
+// parsing by Beast; framing policy, limits and lifecycle here). What clients see (the routes,
+// bodies, headers, auth, every status) is documented once, in docs/api.md ("Endpoints",
+// "Headers", "Statuses and errors", "Authentication") and the OpenAPI document the server serves
+// (src/serve/openapi.json); the route table is src/serve/routes.cpp, the parts of the server
+// are listed in src/serve/server_state.h.
 //
 // Contract: every error is {"detail": msg}, valid UTF-8 JSON whatever the client sent (paths,
-// methods and model names are shown as printable ASCII, other bytes as %XX):
-// 400 malformed JSON or HTTP framing (the connection is then closed), 413 body over max_body
-// (refused on its declaration, or while reading a chunked body), 415 any Content-Encoding,
-// 417 an Expect other than 100-continue, 431 header section over its limits, 422 invalid
-// semantics / context overflow / JSON over its key or element limits, 413 a request that alone
-// needs more than memory_budget to score, 503 busy,
-// loading, queue wait over queue_timeout (for a worker or for memory), or connections / request
-// bodies in memory over their caps (always with Retry-After), 500 internal, 404, 405 (Allow).
-// A request either gets the whole response or an error, never partial answers. Requests on one
-// connection (pipelined or not) are answered in order.
+// methods and model names shown as printable ASCII, other bytes as %XX); a request either gets
+// the whole response or an error, never partial answers; requests on one connection (pipelined
+// or not) are answered in order; the limits of ServeOptions below hold for every client.
 // Admission: max_inflight worker threads; a free worker takes up to max_batch requests from
 // the front of the queue (what is queued then; it never waits for more) and scores them in one
 // pass (Scorer::score_batch: their question rows in one model pass, each on its own state
