@@ -54,8 +54,9 @@ enum class Lifecycle { kLoading, kReady, kDraining };
 inline constexpr size_t kExtraRejecting = 64;
 
 // A value only the I/O thread may touch: get() checks that the calling thread is running `io`
-// and throws std::logic_error otherwise, so a stray access from a worker fails loudly in every
-// build (the I/O loop logs it) instead of racing. Destroyed with the server, on any thread.
+// and throws std::logic_error otherwise, so a stray access from another thread fails loudly in
+// every build (that thread's guard logs it) instead of racing. Destroyed with the server, on any
+// thread.
 template <class T>
 class IoThreadOnly {
  public:
