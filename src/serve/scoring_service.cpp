@@ -157,7 +157,8 @@ Reply ScoringService::score_alone(const ScoreTask& task, const std::function<boo
   }
 }
 
-// The reply to a request whose parsing or scoring threw `error`.
+// The gone() of a task: its client reset the connection (flagged by the connection, on the I/O
+// thread), or the drain's deadline passed.
 std::function<bool()> ScoringService::gone_for(const ScoreTask& task) const {
   return [this, &task] { return stopping.load() || task.client_reset.load(); };
 }
@@ -168,6 +169,7 @@ Reply ScoringService::shutting_down() {
                 "was answered); retry, on another replica if there is one");
 }
 
+// The reply to a request whose parsing or scoring threw `error`.
 Reply ScoringService::error_reply(std::exception_ptr error,
                                   const std::function<bool()>& gone) const {
   try {

@@ -393,10 +393,14 @@ def test_urgent_data_is_not_a_reset(bundle):
         idle = sorted(after[t] - before.get(t, 0) for t in after)[:-1]
         assert all(d < 0.1 for d in idle), sorted((after[t] - before.get(t, 0), t) for t in after)
         data = b""
-        while not data.endswith(b"}"):
+        while True:  # until the header and its Content-Length of body are in
             chunk = c.recv(65536)
             assert chunk, data
             data += chunk
+            head, sep, rest = data.partition(b"\r\n\r\n")
+            length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+            if sep and length and len(rest) >= int(length.group(1)):
+                break
         (status, _, body), = parse_responses(data)
         assert status == 200 and "answers" in json.loads(body), body
         blocker.join(timeout=120)
