@@ -7,6 +7,8 @@
 #   KEV_FUZZ_SECONDS (default 20) sets the per-target fuzz smoke time; 0 skips fuzzing.
 #   KEV_AARCH64=0 skips the aarch64 cross-build and its emulated tests (scripts/test_aarch64.sh).
 #   KEV_TSAN=0 skips the ThreadSanitizer run.
+#   KEV_ODR=0 skips the one-definition check (the odr preset: `kev` linked by GCC's link-time
+#   optimizer with every object of every layer, -Werror=odr -Werror=lto-type-mismatch).
 #   KEV_PACKAGE_TEST=1 also builds the Debian package and installs, runs and purges it in a clean
 #   Debian root (scripts/test_package.sh; off by default: ~10 minutes and the archive's network).
 set -euo pipefail
@@ -43,6 +45,15 @@ for isa in avx2 portable; do
   echo "== tests with KEV_ISA=$isa (this CPU's best: $best)" >&2
   KEV_ISA=$isa run_ctest -L 'unit|cpu-kernels'
 done
+
+# Two definitions of one name in different files (a struct of the same name and namespace with
+# another layout, a function declared with other types) are errors here; the generated
+# all_public_headers.cpp of the tests only sees the public headers, this sees every source.
+if [ "${KEV_ODR:-1}" != 0 ]; then
+  echo "== one-definition check (GCC link-time optimizer, every object of every layer)" >&2
+  cmake --preset odr >/dev/null
+  cmake --build build/odr -j "$(nproc)" --target kev
+fi
 
 # ARM64 under qemu (scripts/test_aarch64.sh): cross-build, the kernel layers' unit tests at
 # neon and portable, and the end-to-end pipeline against this machine's build.
