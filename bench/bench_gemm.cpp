@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gemm: this CPU lacks %s\n", isa_name(isa));
     return 2;
   }
-  if (bf16_dot && (int8 || isa != Isa::kAvx512 || best_bf16_kernel() != Bf16Kernel::kAvx512Bf16)) {
+  if (bf16_dot &&
+      (int8 || isa != parse_isa("avx512") || best_bf16_kernel() != Bf16Kernel::kAvx512Bf16)) {
     std::fprintf(stderr,
                  "bench_gemm: --bf16-dot needs the avx512bf16 kernel (an AVX512-BF16 CPU, --isa "
                  "avx512, no --int8); `kev cpu` shows gemm_bf16_dot\n");

@@ -75,9 +75,14 @@ void register_all() {
     const char* name;
     kev::Isa isa;
   };
-  for (Variant isa : {Variant{"auto", kev::head_isa()}, Variant{"avx2", kev::Isa::kAvx2},
+  // The dispatched level, the one below it where the family has one, and portable.
+  const kev::Isa best = kev::head_isa();
+  const kev::Isa below =
+      kev::arch_isas()[static_cast<size_t>(best.rank() > 1 ? best.rank() - 1 : 0)];
+  for (Variant isa : {Variant{"auto", best}, Variant{kev::isa_name(below), below},
                       Variant{"portable", kev::Isa::kPortable}}) {
-    if (!kev::isa_supported(isa.isa)) continue;
+    if (!kev::isa_supported(isa.isa) || (isa.isa == below && below == kev::Isa::kPortable))
+      continue;
     for (size_t workers : {size_t{0}, size_t{1}}) {
       std::string suffix = std::string("/") + isa.name + (workers ? "/1thread" : "/allthreads");
       benchmark::RegisterBenchmark(("head_1x255" + suffix).c_str(), run, 1, 255, isa.isa, workers)

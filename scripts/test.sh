@@ -7,6 +7,7 @@
 #   KEV_FUZZ_SECONDS (default 20) sets the per-target fuzz smoke time; 0 skips fuzzing.
 #   KEV_AARCH64=0 skips the aarch64 cross-build and its emulated tests (scripts/test_aarch64.sh).
 #   KEV_TSAN=0 skips the ThreadSanitizer run.
+#   KEV_FAMILY_DEMO=0 skips the build with the demo CPU family (tests/cpu_family/demo/).
 #   KEV_ODR=0 skips the one-definition check (the odr preset: `kev` linked by GCC's link-time
 #   optimizer with every object of every layer, -Werror=odr -Werror=lto-type-mismatch).
 #   KEV_PACKAGE_TEST=1 also builds the Debian package and installs, runs and purges it in a clean
@@ -53,6 +54,26 @@ if [ "${KEV_ODR:-1}" != 0 ]; then
   echo "== one-definition check (GCC link-time optimizer, every object of every layer)" >&2
   cmake --preset odr >/dev/null
   cmake --build build/odr -j "$(nproc)" --target kev
+fi
+
+# A CPU family is one folder: the build with tests/cpu_family/demo/ in place of this machine's
+# family (a level "demo", no kernel variants) must show its level and extension in `kev cpu`,
+# take KEV_ISA=demo, and pass the kernel layer's unit tests at every level.
+if [ "${KEV_FAMILY_DEMO:-1}" != 0 ]; then
+  echo "== a CPU family from its folder alone (the family-demo preset)" >&2
+  cmake --preset family-demo >/dev/null
+  cmake --build build/family-demo -j "$(nproc)" --target kev test_cpu
+  report=$(KEV_ISA=demo build/family-demo/kev cpu)
+  echo "kev cpu (demo family): $report" >&2
+  for want in '"arch":"demo"' '"demo":true' '"demo_ext":false'; do
+    if [[ "$report" != *"$want"* ]]; then
+      echo "test.sh: the demo family's kev cpu lacks $want" >&2
+      exit 1
+    fi
+  done
+  for isa in demo portable; do
+    KEV_ISA=$isa build/family-demo/tests/test_cpu --gtest_brief=1
+  done
 fi
 
 # ARM64 under qemu (scripts/test_aarch64.sh): cross-build, the kernel layers' unit tests at

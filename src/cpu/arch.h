@@ -9,8 +9,10 @@
 // AVX2 and the baseline), the same source compiled once per target.
 //
 // Contract for a family folder:
-// - levels() lists its levels lowest first, kPortable first; supports(level) is the CPU check
-//   (CPUID, HWCAP, ...), asked once per process per level by isa.cpp (which keeps the answers).
+// - levels() registers its levels lowest first, portable first: a level's rank (kev::Isa) is its
+//   position, its name is what KEV_ISA, `kev cpu` and every --help show, and its cpu_runs is the
+//   CPU check (CPUID, HWCAP, ...), asked once per process per level by isa.cpp (which keeps the
+//   answers). The folder names its own ranks (x86/levels.h: kAvx2, kAvx512).
 // - Every variant function takes a level the CPU supports (the callers check) and returns that
 //   level's variant of one kernel family, or nullptr / kPortable / kNone when the family has no
 //   variant there: the caller then runs the portable variant (src/cpu/portable/portable.h). A
@@ -34,14 +36,16 @@
 namespace kev::arch {
 
 // ---- the CPU ----
-const char* name();             // "x86-64", "aarch64", "other"
-std::span<const Isa> levels();  // lowest first, kPortable first
-bool supports(Isa level);       // the CPU runs this level (kPortable: always)
-enum class Feature { kAvx512Vnni, kAvx512Bf16, kArmDotprod, kArmSve };
-bool has_feature(Feature f);  // an extension some kernels use or `kev cpu` reports
+const char* name();  // "x86-64", "aarch64", "other"
+struct Level {
+  const char* name;    // "avx2"
+  bool (*cpu_runs)();  // nullptr: always (portable)
+};
+std::span<const Level> levels();  // lowest first, portable first
+// An extension beside the levels that `kev cpu` reports (and some of the folder's kernels use).
 struct Extension {
-  const char* name;  // as `kev cpu` reports it
-  Feature feature;
+  const char* name;   // as `kev cpu` reports it: "avx512_vnni"
+  bool (*present)();  // the CPU check
 };
 std::span<const Extension> extensions();  // this family's reported extensions, in order
 
@@ -64,8 +68,16 @@ const GemmVariant* gemm(Isa level);
 // their scales sx [..][blocks].
 using Int8Range = void (*)(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                            const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
-Int8Kernel int8_kernel(Isa level);   // the kernel this level runs here (after start-up probes)
-Int8Range int8_range(Int8Kernel k);  // nullptr for kernels this folder does not hold
+// The folder's int8 kernels: each with the level it belongs to (`kev cpu`'s gemm_int8) and, when
+// it needs more than that level, the CPU check of the extension (nullptr: the level's alone).
+struct Int8Variant {
+  Int8Kernel kernel;
+  Isa level;
+  bool (*cpu_runs)();
+  Int8Range range;
+};
+std::span<const Int8Variant> int8_variants();
+Int8Kernel int8_kernel(Isa level);  // the kernel this level runs here (after start-up probes)
 // Quantizes 32 floats by gemm_int8.h's rule into int32 q, returns the scale (same values as the
 // portable rule); nullptr when the CPU has no faster form.
 using QuantizeBlock = float (*)(const float* v, int32_t* q, float qmax);
@@ -75,8 +87,14 @@ QuantizeBlock quantize_block();
 // Output groups [g0, g1) of y from BF16 activations xq [rows padded to 6][ldxq].
 using Bf16Range = void (*)(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf16PairMatrix& w,
                            float* y, int64_t ldy, int64_t g0, int64_t g1);
+struct Bf16Variant {  // as Int8Variant
+  Bf16Kernel kernel;
+  Isa level;
+  bool (*cpu_runs)();
+  Bf16Range range;
+};
+std::span<const Bf16Variant> bf16_variants();
 Bf16Kernel bf16_kernel(Isa level);  // kNone: the bf16 mode rounds activations and runs gemm
-Bf16Range bf16_range(Bf16Kernel k);
 
 // ---- vector kernels (vec.h) ----
 struct VecVariant {

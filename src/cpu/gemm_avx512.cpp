@@ -11,6 +11,7 @@
 #include "cpu/arch.h"
 #include "cpu/group_chunks.h"
 #include "cpu/portable/portable.h"
+#include "cpu/precision_variants.h"
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/threads.h"
@@ -24,14 +25,37 @@ constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMat
 
 arch::Bf16Range range_for(Bf16Kernel k) {
   if (k == Bf16Kernel::kAvx512Emulated) return &portable::bf16_range_avx512_emulated;
-  const arch::Bf16Range r = arch::bf16_range(k);
-  if (r == nullptr)
+  const arch::Bf16Variant* v = find_variant(k);
+  if (v == nullptr)
     fail(ErrorKind::kInternal, "no {} bf16 kernel in this {} build", bf16_kernel_name(k),
          arch_name());
-  return r;
+  return v->range;
+}
+
+// The CPU runs a registered variant: its level, and its extension if it names one.
+template <class Variant>
+bool runs(const Variant* v) {
+  return v != nullptr && isa_supported(v->level) && (v->cpu_runs == nullptr || v->cpu_runs());
 }
 
 }  // namespace
+
+const arch::Int8Variant* find_variant(Int8Kernel k) {
+  for (const arch::Int8Variant& v : arch::int8_variants())
+    if (v.kernel == k) return &v;
+  return nullptr;
+}
+
+const arch::Bf16Variant* find_variant(Bf16Kernel k) {
+  for (const arch::Bf16Variant& v : arch::bf16_variants())
+    if (v.kernel == k) return &v;
+  return nullptr;
+}
+
+Isa int8_kernel_level(Int8Kernel k) {
+  const arch::Int8Variant* v = find_variant(k);
+  return v != nullptr ? v->level : Isa::kPortable;
+}
 
 // ---- int8 ----
 const char* int8_kernel_name(Int8Kernel k) {
@@ -52,18 +76,8 @@ const char* int8_kernel_name(Int8Kernel k) {
 }
 
 bool int8_kernel_supported(Int8Kernel k) {
-  switch (k) {
-    case Int8Kernel::kAvx2:
-      return isa_supported(Isa::kAvx2);
-    case Int8Kernel::kAvx512Bw:
-      return isa_supported(Isa::kAvx512);
-    case Int8Kernel::kAvx512Vnni:
-      return cpu_has_avx512_vnni();
-    case Int8Kernel::kNeon:
-      return isa_supported(Isa::kNeon);
-    default:
-      return true;
-  }
+  if (k == Int8Kernel::kPortable || k == Int8Kernel::kAvx512Emulated) return true;
+  return runs(find_variant(k));
 }
 
 Int8Kernel int8_kernel_for(Isa isa) {
@@ -87,7 +101,8 @@ const char* bf16_kernel_name(Bf16Kernel k) {
 }
 
 bool bf16_kernel_supported(Bf16Kernel k) {
-  return k != Bf16Kernel::kAvx512Bf16 || cpu_has_avx512_bf16();
+  if (k == Bf16Kernel::kNone || k == Bf16Kernel::kAvx512Emulated) return true;
+  return runs(find_variant(k));
 }
 
 Bf16Kernel best_bf16_kernel() {

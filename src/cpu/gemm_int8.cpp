@@ -13,6 +13,7 @@
 #include "cpu/int8_layout.h"
 #include "cpu/levels.h"
 #include "cpu/portable/portable.h"
+#include "cpu/precision_variants.h"
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/threads.h"
@@ -114,11 +115,11 @@ arch::Int8Range range_for(Int8Kernel k) {
     case Int8Kernel::kAvx512Emulated:
       return &portable::int8_range_avx512_emulated;
     default: {
-      const arch::Int8Range r = arch::int8_range(k);
-      if (r == nullptr)
+      const arch::Int8Variant* v = find_variant(k);
+      if (v == nullptr)
         fail(ErrorKind::kInternal, "no {} int8 kernel in this {} build", int8_kernel_name(k),
              arch_name());
-      return r;
+      return v->range;
     }
   }
 }

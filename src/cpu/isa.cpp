@@ -12,16 +12,18 @@ namespace kev {
 
 namespace {
 
-// Position of `isa` in this architecture's order, or -1 if it is not one of its levels.
-int rank(Isa isa) {
-  const std::span<const Isa> levels = arch::levels();
-  auto it = std::find(levels.begin(), levels.end(), isa);
-  return it == levels.end() ? -1 : static_cast<int>(it - levels.begin());
+// This build's levels as the family registered them (rank = position).
+std::span<const arch::Level> levels() {
+  return arch::levels();
+}
+
+bool is_level(Isa isa) {
+  return isa.rank() >= 0 && static_cast<size_t>(isa.rank()) < levels().size();
 }
 
 std::string level_list() {
   std::string out;
-  for (Isa isa : arch::levels()) out += std::string(out.empty() ? "" : ", ") + isa_name(isa);
+  for (const arch::Level& l : levels()) out += std::string(out.empty() ? "" : ", ") + l.name;
   return out;
 }
 
@@ -31,11 +33,9 @@ std::optional<Isa> env_cap(const char* variable) {
   if (value == nullptr || *value == '\0') return std::nullopt;
   std::optional<Isa> isa = parse_isa(value);
   if (!isa)
-    fail(ErrorKind::kBadInput, "{}={}: expected portable (or scalar), avx2, avx512 or neon",
-         variable, value);
-  if (rank(*isa) < 0)
-    fail(ErrorKind::kBadInput, "{}={}: not a level of this {} build (its levels: {})", variable,
-         value, arch::name(), level_list());
+    fail(ErrorKind::kBadInput,
+         "{}={}: not a level of this {} build (its levels: {}; scalar = portable)", variable, value,
+         arch::name(), level_list());
   return isa;
 }
 
@@ -46,45 +46,39 @@ const char* arch_name() {
 }
 
 std::span<const Isa> arch_isas() {
-  return arch::levels();
+  static const std::vector<Isa> all = [] {
+    std::vector<Isa> out;
+    for (size_t r = 0; r < levels().size(); ++r) out.push_back(Isa::of_rank(static_cast<int>(r)));
+    return out;
+  }();
+  return all;
 }
 
 bool isa_supported(Isa isa) {
   // The CPU check of each level runs once per process (arch.h's contract), in rank order.
   static const std::vector<bool> by_rank = [] {
     std::vector<bool> out;
-    for (Isa level : arch::levels()) out.push_back(arch::supports(level));
+    for (const arch::Level& l : levels()) out.push_back(l.cpu_runs == nullptr || l.cpu_runs());
     return out;
   }();
-  const int r = rank(isa);
-  return isa == Isa::kPortable || (r >= 0 && by_rank[static_cast<size_t>(r)]);
+  return isa == Isa::kPortable || (is_level(isa) && by_rank[static_cast<size_t>(isa.rank())]);
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa isa : arch::levels())
+  for (Isa isa : arch_isas())
     if (isa_supported(isa)) out.push_back(isa);
   return out;
 }
 
 const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512:
-      return "avx512";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kNeon:
-      return "neon";
-    default:
-      return "portable";
-  }
+  return is_level(isa) ? levels()[static_cast<size_t>(isa.rank())].name : "?";
 }
 
 std::optional<Isa> parse_isa(std::string_view name) {
-  if (name == "portable" || name == "scalar") return Isa::kPortable;
-  if (name == "avx2") return Isa::kAvx2;
-  if (name == "avx512") return Isa::kAvx512;
-  if (name == "neon") return Isa::kNeon;
+  if (name == "scalar") return Isa::kPortable;
+  for (Isa isa : arch_isas())
+    if (name == isa_name(isa)) return isa;
   return std::nullopt;
 }
 
@@ -97,21 +91,12 @@ Isa dispatch_isa(const char* family_env) {
   if (!cap) cap = env_cap("KEV_ISA");
   Isa best = best_supported_isa();
   if (!cap) return best;
-  return rank(*cap) < rank(best) ? *cap : best;
-}
-
-bool cpu_has_avx512_vnni() {
-  return arch::has_feature(arch::Feature::kAvx512Vnni);
-}
-
-bool cpu_has_avx512_bf16() {
-  return arch::has_feature(arch::Feature::kAvx512Bf16);
+  return std::min(*cap, best);
 }
 
 std::vector<CpuExtension> cpu_extensions() {
   std::vector<CpuExtension> out;
-  for (const arch::Extension& e : arch::extensions())
-    out.push_back({e.name, arch::has_feature(e.feature)});
+  for (const arch::Extension& e : arch::extensions()) out.push_back({e.name, e.present()});
   return out;
 }
 

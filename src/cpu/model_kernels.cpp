@@ -2,28 +2,10 @@
 
 #include "cpu/arch.h"
 #include "cpu/levels.h"
+#include "cpu/precision_variants.h"
 #include "kev/cpu/gemm.h"
 
 namespace kev {
-
-namespace {
-
-// The level an int8 kernel belongs to (`kev cpu`: "gemm_int8"); the emulation belongs to none.
-Isa int8_kernel_isa(Int8Kernel k) {
-  switch (k) {
-    case Int8Kernel::kAvx512Bw:
-    case Int8Kernel::kAvx512Vnni:
-      return Isa::kAvx512;
-    case Int8Kernel::kAvx2:
-      return Isa::kAvx2;
-    case Int8Kernel::kNeon:
-      return Isa::kNeon;
-    default:
-      return Isa::kPortable;
-  }
-}
-
-}  // namespace
 
 const ModelKernels& model_kernels() {
   static const ModelKernels k = [] {
@@ -33,7 +15,7 @@ const ModelKernels& model_kernels() {
     t.vec_ = vec != nullptr ? vec->level : Isa::kPortable;
     const bool emulate = avx512_emulation_requested();
     t.int8_ = emulate ? Int8Kernel::kAvx512Emulated : arch::int8_kernel(t.gemm_);
-    t.int8_isa_ = int8_kernel_isa(t.int8_);
+    t.int8_isa_ = int8_kernel_level(t.int8_);
     t.bf16_ = emulate ? Bf16Kernel::kAvx512Emulated : arch::bf16_kernel(t.gemm_);
     return t;
   }();

@@ -29,8 +29,9 @@
 //   (bf16: within the tolerance above). On a mismatch it writes one line to stderr and the
 //   dispatcher uses the AVX2 path for the rest of the process (avx512_probe_note says why).
 // - Dispatch: the kernel table (model_kernels.h) picks once per process; a real variant runs only
-//   when the GEMM level is kAvx512 (so KEV_ISA or KEV_GEMM_ISA=avx2 force the AVX2 path) and
-//   CPUID has its extension (isa.h). The kernels live in src/cpu/x86/, the emulation in
+//   when the GEMM level is avx512 (so KEV_ISA or KEV_GEMM_ISA=avx2 force the AVX2 path) and
+//   CPUID has its extension (the family registers each kernel with its level and extension
+//   check, src/cpu/arch.h). The kernels live in src/cpu/x86/, the emulation in
 //   src/cpu/portable/. For tests on
 //   machines without AVX-512, KEV_AVX512_EMULATE=1 makes both modes dispatch to the emulations
 //   (slow; not for use) unless KEV_GEMM_ISA / KEV_ISA name a level below avx512.

@@ -1,22 +1,23 @@
 // Instruction-set levels of the runtime-dispatched kernels (model GEMMs and vector kernels, LoRA
-// merge, pointer head), per target architecture.
+// merge, pointer head): a registry filled by the CPU family folder this binary is built with
+// (src/cpu/arch.h). This layer names no instruction set: a level is its rank in the family's
+// order, its name is what the family registered (x86-64: portable, avx2, avx512; aarch64:
+// portable, neon; other targets: portable).
 //
-// Contract: every kernel family has a portable variant and one per level of the architecture it
-// is built for (x86-64: avx2 = AVX2+FMA, avx512 = AVX-512 F/BW/VL; aarch64: neon = Advanced
-// SIMD, with room for sve), all giving bit-identical results (each family states its fixed order
-// of operations), so the level changes speed only, never a number or a byte of a bundle, on any
-// architecture. The levels of one architecture are ordered (arch_isas(), lowest first); levels of
-// another architecture do not exist in this build. The runtime picks the best level this CPU
-// supports (CPUID / HWCAP, once per process, in the CPU family's folder: src/cpu/arch.h).
-// Environment variables may lower it, for tests and benchmarks that exercise another machine's
-// path:
+// Contract: every kernel family has a portable variant and may have one per level of the CPU
+// family, all giving bit-identical results (each kernel family states its fixed order of
+// operations), so the level changes speed only, never a number or a byte of a bundle. Levels are
+// ordered (arch_isas(), lowest first, portable first). The runtime picks the best level this CPU
+// supports (the family's checks, once per process). Environment variables may lower it, for
+// tests and benchmarks that exercise another machine's path:
 //   KEV_ISA=<level>                               caps every family;
 //   KEV_GEMM_ISA, KEV_MERGE_ISA, KEV_HEAD_ISA     cap one family (and win over KEV_ISA).
 // "scalar" is accepted for "portable". A cap above what the CPU supports falls back to the best
-// supported level (never an illegal instruction); an unknown value, or a level of another
-// architecture (avx2 on aarch64), is refused (Error, bad input).
+// supported level (never an illegal instruction); a name that is not a level of this build (a
+// typo, or another architecture's level such as avx2 on aarch64) is refused (Error, bad input).
 // Thread safety: every function may be called from any thread.
 #pragma once
+#include <compare>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -24,25 +25,32 @@
 
 namespace kev {
 
-enum class Isa { kPortable, kAvx2, kAvx512, kNeon };
+// A level of this build: its rank in arch_isas() (0: portable). Only the family folder makes
+// other ranks (Isa::of_rank); everyone else gets levels from the functions below.
+class Isa {
+ public:
+  static const Isa kPortable;  // rank 0, in every build, run by every CPU
+  constexpr Isa() = default;   // kPortable
+  static constexpr Isa of_rank(int rank) { return Isa(rank); }
+  constexpr int rank() const { return rank_; }
+  constexpr auto operator<=>(const Isa&) const = default;
+
+ private:
+  constexpr explicit Isa(int rank) : rank_(rank) {}
+  int rank_ = 0;
+};
+inline constexpr Isa Isa::kPortable{};
 
 const char* arch_name();           // "x86-64", "aarch64" or "other": what this binary targets
-std::span<const Isa> arch_isas();  // this architecture's levels, lowest first (kPortable first)
+std::span<const Isa> arch_isas();  // this build's levels, lowest first (kPortable first)
 
-// kAvx2 needs AVX2 + FMA; kAvx512 needs AVX-512 F/BW/VL + FMA; kNeon needs ASIMD (HWCAP).
-// kPortable always runs; a level of another architecture never does.
-bool isa_supported(Isa isa);
+bool isa_supported(Isa isa);        // the CPU runs it (kPortable always; a foreign rank never)
 std::vector<Isa> supported_isas();  // every level isa_supported reports, lowest first
-const char* isa_name(Isa isa);      // "portable", "avx2", "avx512", "neon"
-std::optional<Isa> parse_isa(std::string_view name);  // nullopt if unknown (any architecture)
+const char* isa_name(Isa isa);      // as the family registered it ("avx2"); "?" for no level
+std::optional<Isa> parse_isa(std::string_view name);  // a level of this build, or nullopt
 Isa best_supported_isa();                             // ignores the environment
 Isa dispatch_isa(const char* family_env);  // best_supported_isa() capped by KEV_ISA / family_env
 
-// Extensions on top of kAvx512 that the precision-mode kernels use when present
-// (gemm_avx512.h). CPUID only: a kernel that needs one also needs kAvx512 from dispatch_isa, so
-// KEV_ISA=avx2 still turns it off. False on other architectures.
-bool cpu_has_avx512_vnni();  // AVX512_VNNI: vpdpwssd
-bool cpu_has_avx512_bf16();  // AVX512_BF16: vdpbf16ps
 // The extensions the CPU family folder reports beside its levels (`kev cpu`'s "supported":
 // x86-64 avx512_vnni, avx512_bf16; aarch64 dotprod, sve; none on other targets), in its order.
 struct CpuExtension {

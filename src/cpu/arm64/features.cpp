@@ -5,15 +5,26 @@
 #include <array>
 
 #include "cpu/arch.h"
+#include "cpu/arm64/levels.h"
 
 namespace kev::arch {
 namespace {
 
-constexpr std::array kLevels = {Isa::kPortable, Isa::kNeon};
-
 bool hwcap(unsigned long bit) {
   return (getauxval(AT_HWCAP) & bit) != 0;
 }
+
+bool cpu_has_neon() {
+  return hwcap(HWCAP_ASIMD);
+}
+
+// Placed by the ranks of levels.h, so the two cannot disagree.
+constexpr auto kLevels = [] {
+  std::array<Level, 2> t{};
+  t[Isa::kPortable.rank()] = {"portable", nullptr};
+  t[kNeon.rank()] = {"neon", &cpu_has_neon};
+  return t;
+}();
 
 }  // namespace
 
@@ -21,37 +32,14 @@ const char* name() {
   return "aarch64";
 }
 
-std::span<const Isa> levels() {
+std::span<const Level> levels() {
   return kLevels;
 }
 
-bool supports(Isa level) {
-  static const bool neon = hwcap(HWCAP_ASIMD);
-  switch (level) {
-    case Isa::kPortable:
-      return true;
-    case Isa::kNeon:
-      return neon;
-    default:
-      return false;
-  }
-}
-
 std::span<const Extension> extensions() {
-  static constexpr Extension kExtensions[] = {{"dotprod", Feature::kArmDotprod},
-                                              {"sve", Feature::kArmSve}};
+  static constexpr Extension kExtensions[] = {{"dotprod", [] { return hwcap(HWCAP_ASIMDDP); }},
+                                              {"sve", [] { return hwcap(HWCAP_SVE); }}};
   return kExtensions;
-}
-
-bool has_feature(Feature f) {
-  switch (f) {
-    case Feature::kArmDotprod:
-      return hwcap(HWCAP_ASIMDDP);
-    case Feature::kArmSve:
-      return hwcap(HWCAP_SVE);
-    default:
-      return false;
-  }
 }
 
 }  // namespace kev::arch

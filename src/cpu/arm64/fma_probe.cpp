@@ -3,6 +3,7 @@
 #include <arm_neon.h>
 
 #include "cpu/arch.h"
+#include "cpu/arm64/levels.h"
 
 namespace kev::arch {
 namespace {
@@ -23,7 +24,7 @@ double fma_chains_neon(long iters) {
 }  // namespace
 
 FmaChains fma_chains(Isa level) {
-  return level == Isa::kNeon ? fma_chains_neon : nullptr;
+  return level == kNeon ? fma_chains_neon : nullptr;
 }
 
 }  // namespace kev::arch

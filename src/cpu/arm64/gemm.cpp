@@ -2,6 +2,7 @@
 // NEON direct tile kernels (FMLA per lane step), 2 x 2 tiles.
 #include <arm_neon.h>
 
+#include "cpu/arm64/levels.h"
 #include "cpu/gemm_tile.h"
 #include "cpu/kernel_order.h"
 
@@ -58,7 +59,7 @@ struct NeonK {
 // 2x2 tiles: 16 accumulator quads plus operands fit 32 registers.
 const GemmVariant* gemm(Isa level) {
   static const GemmVariant neon = {&gemm_tile::tile_for<NeonK>, 2, 2, nullptr};
-  return level == Isa::kNeon ? &neon : nullptr;
+  return level == kNeon ? &neon : nullptr;
 }
 
 }  // namespace kev::arch

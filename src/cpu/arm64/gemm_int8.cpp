@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "cpu/arch.h"
+#include "cpu/arm64/levels.h"
 #include "cpu/int8_layout.h"
 
 namespace kev::arch {
@@ -118,11 +119,12 @@ void int8_range_neon(const int16_t* xq, int64_t kp, const float* sx, int64_t row
 }  // namespace
 
 Int8Kernel int8_kernel(Isa level) {
-  return level == Isa::kNeon ? Int8Kernel::kNeon : Int8Kernel::kPortable;
+  return level == kNeon ? Int8Kernel::kNeon : Int8Kernel::kPortable;
 }
 
-Int8Range int8_range(Int8Kernel k) {
-  return k == Int8Kernel::kNeon ? &int8_range_neon : nullptr;
+std::span<const Int8Variant> int8_variants() {
+  static const Int8Variant kVariants[] = {{Int8Kernel::kNeon, kNeon, nullptr, &int8_range_neon}};
+  return kVariants;
 }
 
 QuantizeBlock quantize_block() {

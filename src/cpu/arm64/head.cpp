@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu/arch.h"
+#include "cpu/arm64/levels.h"
 #include "cpu/arm64/tree16.h"
 
 namespace kev::head_kernels {
@@ -66,7 +67,7 @@ constexpr int tiles_for(int nq) {
 namespace kev::arch {
 
 const head_kernels::KernelSet* head(Isa level) {
-  return level == Isa::kNeon ? &head_kernels::neon::kSet : nullptr;
+  return level == kNeon ? &head_kernels::neon::kSet : nullptr;
 }
 
 }  // namespace kev::arch

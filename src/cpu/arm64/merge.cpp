@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cpu/arch.h"
+#include "cpu/arm64/levels.h"
 #include "cpu/portable/portable.h"
 
 namespace kev::arch {
@@ -43,7 +44,7 @@ struct V {
 }  // namespace
 
 MergeRows merge(Isa level) {
-  return level == Isa::kNeon ? &neon::merge_rows : nullptr;
+  return level == kNeon ? &neon::merge_rows : nullptr;
 }
 
 }  // namespace kev::arch

@@ -8,8 +8,8 @@ Bf16Kernel bf16_kernel(Isa) {
   return Bf16Kernel::kNone;
 }
 
-Bf16Range bf16_range(Bf16Kernel) {
-  return nullptr;
+std::span<const Bf16Variant> bf16_variants() {
+  return {};
 }
 
 }  // namespace kev::arch

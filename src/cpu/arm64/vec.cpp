@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cpu/arch.h"
+#include "cpu/arm64/levels.h"
 #include "cpu/arm64/tree16.h"
 
 namespace kev::arch {
@@ -124,8 +125,8 @@ void gdn_steps_neon(float* s, int64_t dk, int64_t dv, int64_t len, const vec::Gd
 }  // namespace
 
 const VecVariant* vec(Isa level) {
-  static const VecVariant neon = {Isa::kNeon, &dot_rows_neon, &gdn_steps_neon, nullptr, nullptr};
-  return level == Isa::kNeon ? &neon : nullptr;
+  static const VecVariant neon = {kNeon, &dot_rows_neon, &gdn_steps_neon, nullptr, nullptr};
+  return level == kNeon ? &neon : nullptr;
 }
 
 }  // namespace kev::arch

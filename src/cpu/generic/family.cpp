@@ -6,23 +6,15 @@
 
 namespace kev::arch {
 namespace {
-constexpr std::array kLevels = {Isa::kPortable};
+constexpr std::array kLevels = {Level{"portable", nullptr}};
 }  // namespace
 
 const char* name() {
   return "other";
 }
 
-std::span<const Isa> levels() {
+std::span<const Level> levels() {
   return kLevels;
-}
-
-bool supports(Isa level) {
-  return level == Isa::kPortable;
-}
-
-bool has_feature(Feature) {
-  return false;
 }
 
 std::span<const Extension> extensions() {
@@ -37,8 +29,8 @@ Int8Kernel int8_kernel(Isa) {
   return Int8Kernel::kPortable;
 }
 
-Int8Range int8_range(Int8Kernel) {
-  return nullptr;
+std::span<const Int8Variant> int8_variants() {
+  return {};
 }
 
 QuantizeBlock quantize_block() {
@@ -49,8 +41,8 @@ Bf16Kernel bf16_kernel(Isa) {
   return Bf16Kernel::kNone;
 }
 
-Bf16Range bf16_range(Bf16Kernel) {
-  return nullptr;
+std::span<const Bf16Variant> bf16_variants() {
+  return {};
 }
 
 const VecVariant* vec(Isa) {

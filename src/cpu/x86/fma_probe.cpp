@@ -1,6 +1,7 @@
 // The x86-64 FMA-peak probes for the benchmarks (bench/fma_peak.h): 12 independent chains of
 // the level's widest FMA (latency 4 x 2 pipes = 8 needed; 12 leaves slack).
 #include "cpu/arch.h"
+#include "cpu/x86/levels.h"
 #include "cpu/x86/target.h"
 
 namespace kev::arch {
@@ -43,14 +44,9 @@ KEV_TARGET_AVX2 double fma_chains_avx2(long iters) {
 }  // namespace
 
 FmaChains fma_chains(Isa level) {
-  switch (level) {
-    case Isa::kAvx512:
-      return fma_chains_avx512;
-    case Isa::kAvx2:
-      return fma_chains_avx2;
-    default:
-      return nullptr;
-  }
+  if (level == kAvx512) return fma_chains_avx512;
+  if (level == kAvx2) return fma_chains_avx2;
+  return nullptr;
 }
 
 }  // namespace kev::arch

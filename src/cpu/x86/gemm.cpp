@@ -7,6 +7,7 @@
 
 #include "cpu/gemm_tile.h"
 #include "cpu/kernel_order.h"
+#include "cpu/x86/levels.h"
 #include "cpu/x86/target.h"
 #include "kev/core/threads.h"
 
@@ -435,14 +436,9 @@ struct Avx512K {
 const GemmVariant* gemm(Isa level) {
   static const arch::GemmVariant avx2 = {&gemm_tile::tile_for<Avx2K>, 2, 2, &lane_major_avx2};
   static const arch::GemmVariant avx512 = {&gemm_tile::tile_for<Avx512K>, 4, 4, &lane_major_avx512};
-  switch (level) {
-    case Isa::kAvx512:
-      return &avx512;
-    case Isa::kAvx2:
-      return &avx2;
-    default:
-      return nullptr;
-  }
+  if (level == kAvx512) return &avx512;
+  if (level == kAvx2) return &avx2;
+  return nullptr;
 }
 
 }  // namespace kev::arch

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cpu/x86/avx512_ops.h"
+#include "cpu/x86/levels.h"
 #include "cpu/x86/precision.h"
 
 namespace kev::x86 {
@@ -56,17 +57,19 @@ void bf16_range_avx512(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf1
 namespace kev::arch {
 
 Bf16Kernel bf16_kernel(Isa level) {
-  if (level != Isa::kAvx512) return Bf16Kernel::kNone;  // before the probe: only AVX-512 runs it
+  if (level != kAvx512) return Bf16Kernel::kNone;  // before the probe: only AVX-512 runs it
   static const Bf16Kernel real = [] {
-    if (!has_feature(Feature::kAvx512Bf16)) return Bf16Kernel::kNone;
+    if (!cpu_has_avx512_bf16()) return Bf16Kernel::kNone;
     return probe_avx512_kernel(Bf16Kernel::kAvx512Bf16) ? Bf16Kernel::kAvx512Bf16
                                                         : Bf16Kernel::kNone;
   }();
   return real;
 }
 
-Bf16Range bf16_range(Bf16Kernel k) {
-  return k == Bf16Kernel::kAvx512Bf16 ? &x86::bf16_range_avx512 : nullptr;
+std::span<const Bf16Variant> bf16_variants() {
+  static const Bf16Variant kVariants[] = {
+      {Bf16Kernel::kAvx512Bf16, kAvx512, &cpu_has_avx512_bf16, &x86::bf16_range_avx512}};
+  return kVariants;
 }
 
 }  // namespace kev::arch

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu/int8_layout.h"
+#include "cpu/x86/levels.h"
 #include "cpu/x86/precision.h"
 #include "cpu/x86/target.h"
 
@@ -129,8 +130,7 @@ void range_avx2(const int16_t* xq, int64_t kp, const float* sx, int64_t rows, co
 // The AVX-512 int8 kernel of this CPU after its probe (kAvx2 when it failed); needs kAvx512.
 Int8Kernel avx512_int8_kernel() {
   static const Int8Kernel k = [] {
-    const Int8Kernel real =
-        has_feature(Feature::kAvx512Vnni) ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx512Bw;
+    const Int8Kernel real = cpu_has_avx512_vnni() ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx512Bw;
     return probe_avx512_kernel(real) ? real : Int8Kernel::kAvx2;
   }();
   return k;
@@ -139,31 +139,21 @@ Int8Kernel avx512_int8_kernel() {
 }  // namespace
 
 Int8Kernel int8_kernel(Isa level) {
-  switch (level) {
-    case Isa::kAvx512:
-      return avx512_int8_kernel();
-    case Isa::kAvx2:
-      return Int8Kernel::kAvx2;
-    default:
-      return Int8Kernel::kPortable;
-  }
+  if (level == kAvx512) return avx512_int8_kernel();
+  if (level == kAvx2) return Int8Kernel::kAvx2;
+  return Int8Kernel::kPortable;
 }
 
-Int8Range int8_range(Int8Kernel k) {
-  switch (k) {
-    case Int8Kernel::kAvx2:
-      return &range_avx2;
-    case Int8Kernel::kAvx512Vnni:
-      return &x86::int8_range_avx512_vnni;
-    case Int8Kernel::kAvx512Bw:
-      return &x86::int8_range_avx512_bw;
-    default:
-      return nullptr;
-  }
+std::span<const Int8Variant> int8_variants() {
+  static const Int8Variant kVariants[] = {
+      {Int8Kernel::kAvx2, kAvx2, nullptr, &range_avx2},
+      {Int8Kernel::kAvx512Bw, kAvx512, nullptr, &x86::int8_range_avx512_bw},
+      {Int8Kernel::kAvx512Vnni, kAvx512, &cpu_has_avx512_vnni, &x86::int8_range_avx512_vnni}};
+  return kVariants;
 }
 
 QuantizeBlock quantize_block() {
-  return supports(Isa::kAvx2) ? &quantize_block_avx2 : nullptr;
+  return isa_supported(kAvx2) ? &quantize_block_avx2 : nullptr;
 }
 
 }  // namespace kev::arch

@@ -1,6 +1,7 @@
 // The x86-64 pointer-head kernels (bit-identical to the portable ones): the shared body
 // (src/cpu/head_kernels_body.inc) over 16 lanes as two AVX2 ymm halves, or one AVX-512 zmm.
 #include "cpu/arch.h"
+#include "cpu/x86/levels.h"
 #include "cpu/x86/target.h"
 #include "cpu/x86/tree16.h"
 
@@ -106,14 +107,9 @@ constexpr int tiles_for(int nq) {
 namespace kev::arch {
 
 const head_kernels::KernelSet* head(Isa level) {
-  switch (level) {
-    case Isa::kAvx512:
-      return &head_kernels::avx512::kSet;
-    case Isa::kAvx2:
-      return &head_kernels::avx2::kSet;
-    default:
-      return nullptr;
-  }
+  if (level == kAvx512) return &head_kernels::avx512::kSet;
+  if (level == kAvx2) return &head_kernels::avx2::kSet;
+  return nullptr;
 }
 
 }  // namespace kev::arch

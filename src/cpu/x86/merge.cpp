@@ -5,6 +5,7 @@
 
 #include "cpu/arch.h"
 #include "cpu/portable/portable.h"
+#include "cpu/x86/levels.h"
 #include "cpu/x86/target.h"
 
 namespace kev::arch {
@@ -75,14 +76,9 @@ struct V {
 }  // namespace
 
 MergeRows merge(Isa level) {
-  switch (level) {
-    case Isa::kAvx512:
-      return &avx512::merge_rows;
-    case Isa::kAvx2:
-      return &avx2::merge_rows;
-    default:
-      return nullptr;
-  }
+  if (level == kAvx512) return &avx512::merge_rows;
+  if (level == kAvx2) return &avx2::merge_rows;
+  return nullptr;
 }
 
 }  // namespace kev::arch

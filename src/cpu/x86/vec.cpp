@@ -6,6 +6,7 @@
 
 #include "cpu/arch.h"
 #include "cpu/portable/gdn_columns.h"
+#include "cpu/x86/levels.h"
 #include "cpu/x86/target.h"
 #include "cpu/x86/tree16.h"
 #include "kev/cpu/vec.h"
@@ -370,12 +371,12 @@ KEV_AVX512 void axpy_block_avx512(float* y, int64_t ldy, int64_t ny, const float
 }  // namespace
 
 const VecVariant* vec(Isa level) {
-  static const VecVariant avx2 = {Isa::kAvx2, &dot_rows_avx2, &gdn_steps_avx2, &dot_block_avx2,
+  static const VecVariant avx2 = {kAvx2, &dot_rows_avx2, &gdn_steps_avx2, &dot_block_avx2,
                                   &axpy_block_avx2};
-  static const VecVariant avx512 = {Isa::kAvx512, &dot_rows_avx512, &gdn_steps_avx2,
-                                    &dot_block_avx512, &axpy_block_avx512};
-  if (level == Isa::kAvx512) return &avx512;
-  return level == Isa::kAvx2 ? &avx2 : nullptr;
+  static const VecVariant avx512 = {kAvx512, &dot_rows_avx512, &gdn_steps_avx2, &dot_block_avx512,
+                                    &axpy_block_avx512};
+  if (level == kAvx512) return &avx512;
+  return level == kAvx2 ? &avx2 : nullptr;
 }
 
 }  // namespace kev::arch

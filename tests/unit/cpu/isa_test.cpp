@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -29,6 +30,19 @@ std::set<std::string> cpuinfo_flags() {
   return {};
 }
 
+// This build's level of that name (the test fails if there is none).
+Isa level(const char* name) {
+  std::optional<Isa> isa = parse_isa(name);
+  EXPECT_TRUE(isa.has_value()) << name << " is not a level of this " << arch_name() << " build";
+  return isa.value_or(Isa::kPortable);
+}
+
+std::vector<std::string> level_names() {
+  std::vector<std::string> out;
+  for (Isa isa : arch_isas()) out.emplace_back(isa_name(isa));
+  return out;
+}
+
 // Sets environment variables for one test and restores them after.
 class ScopedEnv {
  public:
@@ -49,31 +63,44 @@ TEST(Isa, SupportAgreesWithProcCpuinfo) {
   std::set<std::string> f = cpuinfo_flags();
   if (f.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags";
   EXPECT_TRUE(isa_supported(Isa::kPortable));
-  EXPECT_EQ(isa_supported(Isa::kAvx2), f.count("avx2") && f.count("fma"));
-  EXPECT_EQ(isa_supported(Isa::kAvx512), f.count("avx2") && f.count("fma") && f.count("avx512f") &&
-                                             f.count("avx512bw") && f.count("avx512vl"));
+  EXPECT_EQ(isa_supported(level("avx2")), f.count("avx2") && f.count("fma"));
+  EXPECT_EQ(isa_supported(level("avx512")), f.count("avx2") && f.count("fma") &&
+                                                f.count("avx512f") && f.count("avx512bw") &&
+                                                f.count("avx512vl"));
 }
 
-// Each architecture has its own levels; the other architectures' levels never run here.
+// Each architecture has its own levels, registered by its family folder by name and rank; the
+// other architectures' levels do not exist here.
 TEST(Isa, LevelsArePerArchitecture) {
   // By the family folder the build chose (KEV_CPU_FAMILY=generic builds "other" on any host).
-  const std::vector<Isa> levels(arch_isas().begin(), arch_isas().end());
   const std::string_view family = arch_name();
+  using Names = std::vector<std::string>;
+  for (size_t r = 0; r < arch_isas().size(); ++r)
+    EXPECT_EQ(arch_isas()[r].rank(), static_cast<int>(r));
+  EXPECT_EQ(arch_isas().front(), Isa::kPortable);
   if (family == "x86-64") {
-    EXPECT_EQ(levels, (std::vector<Isa>{Isa::kPortable, Isa::kAvx2, Isa::kAvx512}));
-    EXPECT_FALSE(isa_supported(Isa::kNeon));
+    EXPECT_EQ(level_names(), (Names{"portable", "avx2", "avx512"}));
+    EXPECT_FALSE(parse_isa("neon").has_value());
   } else if (family == "aarch64") {
-    EXPECT_EQ(levels, (std::vector<Isa>{Isa::kPortable, Isa::kNeon}));
-    EXPECT_TRUE(isa_supported(Isa::kNeon));  // Advanced SIMD is part of the AArch64 Linux ABI
-    EXPECT_FALSE(isa_supported(Isa::kAvx2));
-    EXPECT_FALSE(isa_supported(Isa::kAvx512));
+    EXPECT_EQ(level_names(), (Names{"portable", "neon"}));
+    EXPECT_TRUE(isa_supported(level("neon")));  // Advanced SIMD is part of the AArch64 Linux ABI
+    EXPECT_FALSE(parse_isa("avx2").has_value());
+    EXPECT_FALSE(parse_isa("avx512").has_value());
   } else {
-    EXPECT_EQ(family, "other");
-    EXPECT_EQ(levels, (std::vector<Isa>{Isa::kPortable}));
-    EXPECT_FALSE(isa_supported(Isa::kAvx2));
-    EXPECT_FALSE(isa_supported(Isa::kAvx512));
-    EXPECT_FALSE(isa_supported(Isa::kNeon));
+    // "other" (src/cpu/generic/: portable only) or a family folder given to the build
+    // (tests/cpu_family/demo/: portable and demo); either way none of the folders above.
+    if (family == "other") {
+      EXPECT_EQ(level_names(), (Names{"portable"}));
+    } else if (family == "demo") {
+      EXPECT_EQ(level_names(), (Names{"portable", "demo"}));
+    }
+    EXPECT_FALSE(parse_isa("avx2").has_value());
+    EXPECT_FALSE(parse_isa("neon").has_value());
   }
+  // A rank past the last level is no level: not run, not named.
+  const Isa past = Isa::of_rank(static_cast<int>(arch_isas().size()));
+  EXPECT_FALSE(isa_supported(past));
+  EXPECT_STREQ(isa_name(past), "?");
 }
 
 TEST(Isa, SupportedListIsWhatTheCpuRunsLowestFirst) {
@@ -86,8 +113,7 @@ TEST(Isa, SupportedListIsWhatTheCpuRunsLowestFirst) {
 }
 
 TEST(Isa, NamesRoundTrip) {
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kNeon})
-    EXPECT_EQ(parse_isa(isa_name(isa)), isa);
+  for (Isa isa : arch_isas()) EXPECT_EQ(parse_isa(isa_name(isa)), isa);
   EXPECT_EQ(parse_isa("scalar"), Isa::kPortable);
   EXPECT_FALSE(parse_isa("AVX2").has_value());
   EXPECT_FALSE(parse_isa("").has_value());

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -204,21 +205,29 @@ TEST(GemmAvx512Int8, ExtremeBlocksBitwise) {
                         run_int8(p, q, Int8Kernel::kPortable, 1)));
 }
 
+// The x86-64 AVX-512 level where this build has one and the CPU runs it.
+std::optional<Isa> avx512_level() {
+  std::optional<Isa> isa = parse_isa("avx512");
+  return isa && isa_supported(*isa) ? isa : std::nullopt;
+}
+
 // Loud on stderr too, so a CI log shows it even where skips are not listed.
 void skip_loudly(const std::string& why) {
   std::fprintf(stderr, "\n*** AVX-512 KERNEL TURNED OFF BY ITS PROBE: %s ***\n\n", why.c_str());
 }
 
 TEST(GemmAvx512Int8, RealEqualsEmulatedBitwise) {
-  if (!isa_supported(Isa::kAvx512))
+  const std::optional<Isa> avx512 = avx512_level();
+  if (!avx512)
     GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL: only the emulated int8 kernel runs here";
-  const Int8Kernel real = cpu_has_avx512_vnni() ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx512Bw;
-  if (int8_kernel_for(Isa::kAvx512) != real) {
+  const bool vnni = int8_kernel_supported(Int8Kernel::kAvx512Vnni);
+  const Int8Kernel real = vnni ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx512Bw;
+  if (int8_kernel_for(*avx512) != real) {
     skip_loudly(avx512_probe_note());
     GTEST_SKIP() << "PROBE MISMATCH: " << avx512_probe_note();
   }
   std::vector<Int8Kernel> kernels{Int8Kernel::kAvx512Bw};
-  if (cpu_has_avx512_vnni()) kernels.push_back(Int8Kernel::kAvx512Vnni);
+  if (vnni) kernels.push_back(Int8Kernel::kAvx512Vnni);
   unsigned seed = 50;
   for (int64_t k : {32, 100, 2560})
     for (int64_t n : {16, 72, 100}) {
@@ -241,10 +250,11 @@ TEST(GemmAvx512Probe, PassesOnTheEmulatedKernels) {
 
 TEST(GemmAvx512Int8, DispatchFollowsTheIsaLevel) {
   EXPECT_EQ(int8_kernel_for(Isa::kPortable), Int8Kernel::kPortable);
-  if (isa_supported(Isa::kAvx2)) {
-    EXPECT_EQ(int8_kernel_for(Isa::kAvx2), Int8Kernel::kAvx2);
+  const std::optional<Isa> avx2 = parse_isa("avx2");
+  if (avx2 && isa_supported(*avx2)) {
+    EXPECT_EQ(int8_kernel_for(*avx2), Int8Kernel::kAvx2);
   }
-  if (!isa_supported(Isa::kAvx512)) {
+  if (!avx512_level()) {
     EXPECT_NE(best_int8_kernel(), Int8Kernel::kAvx512Vnni);
     EXPECT_NE(best_int8_kernel(), Int8Kernel::kAvx512Bw);
     EXPECT_EQ(best_bf16_kernel(), Bf16Kernel::kNone);
@@ -356,10 +366,10 @@ TEST(GemmAvx512Bf16, EmulatedBatchAndThreadIndependent) {
 // required: the emulation models the SDM's pseudo-code, the only source available here (no
 // AVX512-BF16 hardware was), and a CPU may order or flush differently within the same bound.
 TEST(GemmAvx512Bf16, RealWithinBoundAndComparedWithEmulation) {
-  if (!cpu_has_avx512_bf16())
+  if (!bf16_kernel_supported(Bf16Kernel::kAvx512Bf16))
     GTEST_SKIP() << "this CPU has no AVX512_BF16: only the emulated bf16 kernel runs here";
   if (best_bf16_kernel() != Bf16Kernel::kAvx512Bf16 &&
-      dispatch_isa("KEV_GEMM_ISA") == Isa::kAvx512) {
+      dispatch_isa("KEV_GEMM_ISA") == avx512_level()) {
     skip_loudly(avx512_probe_note());
     GTEST_SKIP() << "PROBE MISMATCH: " << avx512_probe_note();
   }

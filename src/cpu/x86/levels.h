@@ -1,0 +1,16 @@
+// The x86-64 family's levels, their ranks (kev::Isa) as registered in features.cpp, lowest first,
+// and the CPU checks of the extensions its kernels use.
+// Private to this folder; the rest of the code base knows them by name only (isa.h).
+#pragma once
+#include "kev/cpu/isa.h"
+
+namespace kev::arch {
+
+inline constexpr Isa kAvx2 = Isa::of_rank(1);    // AVX2 + FMA
+inline constexpr Isa kAvx512 = Isa::of_rank(2);  // AVX-512 F/BW/VL + FMA
+
+// Extensions on top of kAvx512 that the precision-mode kernels use (false without kAvx512).
+bool cpu_has_avx512_vnni();  // AVX512_VNNI: vpdpwssd
+bool cpu_has_avx512_bf16();  // AVX512_BF16: vdpbf16ps
+
+}  // namespace kev::arch
