@@ -3,20 +3,32 @@
 #include "cpu/arch.h"
 #include "cpu/levels.h"
 #include "cpu/precision_variants.h"
+#include "kev/core/error.h"
 #include "kev/cpu/gemm.h"
 
 namespace kev {
 
+ModelKernels ModelKernels::at_level(Isa level) {
+  if (!isa_supported(level))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} kernels", isa_name(level));
+  ModelKernels t;
+  t.gemm_ = level;
+  const arch::VecVariant* vec = arch::vec(level);
+  t.vec_ = vec != nullptr ? vec->level : Isa::kPortable;
+  t.int8_ = arch::int8_kernel(level);
+  t.int8_isa_ = int8_kernel_level(t.int8_);
+  t.bf16_ = arch::bf16_kernel(level);
+  return t;
+}
+
 const ModelKernels& model_kernels() {
   static const ModelKernels k = [] {
-    ModelKernels t;
-    t.gemm_ = gemm_level();
-    const arch::VecVariant* vec = arch::vec(t.gemm_);
-    t.vec_ = vec != nullptr ? vec->level : Isa::kPortable;
-    const bool emulate = avx512_emulation_requested();
-    t.int8_ = emulate ? Int8Kernel::kAvx512Emulated : arch::int8_kernel(t.gemm_);
-    t.int8_isa_ = int8_kernel_level(t.int8_);
-    t.bf16_ = emulate ? Bf16Kernel::kAvx512Emulated : arch::bf16_kernel(t.gemm_);
+    ModelKernels t = ModelKernels::at_level(gemm_level());
+    if (avx512_emulation_requested()) {
+      t.int8_ = Int8Kernel::kAvx512Emulated;
+      t.int8_isa_ = int8_kernel_level(t.int8_);
+      t.bf16_ = Bf16Kernel::kAvx512Emulated;
+    }
     return t;
   }();
   return k;

@@ -70,21 +70,21 @@ WorkspaceWidths workspace_widths(const ModelConfig& c) {
           .rounded = std::max({c.hidden, c.intermediate, c.heads * c.head_dim, c.lin_v_total()})};
 }
 
-void rmsnorm_rows(const float* x, float* out, int64_t rows, int64_t n, const float* w,
-                  bool plus_one, float eps, size_t threads) {
+void rmsnorm_rows(const ModelKernels& k, const float* x, float* out, int64_t rows, int64_t n,
+                  const float* w, bool plus_one, float eps, size_t threads) {
   parallel_for(
       static_cast<size_t>(rows),
       [&](size_t r) {
         const float* xr = x + static_cast<int64_t>(r) * n;
         float* o = out + static_cast<int64_t>(r) * n;
-        float inv = 1.0f / std::sqrt(model_kernels().sum_sq(xr, n) / static_cast<float>(n) + eps);
+        float inv = 1.0f / std::sqrt(k.sum_sq(xr, n) / static_cast<float>(n) + eps);
         for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * inv * (plus_one ? 1.0f + w[i] : w[i]);
       },
       threads);
 }
 
-void rmsnorm_inplace(float* x, int64_t n, const float* w, float eps) {
-  float inv = 1.0f / std::sqrt(model_kernels().sum_sq(x, n) / static_cast<float>(n) + eps);
+void rmsnorm_inplace(const ModelKernels& k, float* x, int64_t n, const float* w, float eps) {
+  float inv = 1.0f / std::sqrt(k.sum_sq(x, n) / static_cast<float>(n) + eps);
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
 }
 
@@ -98,8 +98,8 @@ void rope_inplace(float* x, const float* c, const float* s, int64_t half) {
 
 class Runner {
  public:
-  Runner(const ModelWeights& w, const ForwardOptions& o, const Int8Weights* int8,
-         const Bf16DotWeights* bf16)
+  Runner(const ModelWeights& w, const ForwardOptions& o, const ModelKernels& kernels,
+         const Int8Weights* int8, const Bf16DotWeights* bf16)
       : w_(w),
         c_(w.config()),
         threads_(o.threads ? o.threads : default_workers()),
@@ -107,7 +107,7 @@ class Runner {
         precision_(o.precision),
         int8_(int8),
         bf16_(bf16),
-        k_(model_kernels()) {}
+        k_(kernels) {}
 
   // Runs the segments (each continuing its own `from`, which may differ between segments) and
   // writes final-normed hidden states [T, H]. With state_out (only for one segment) the
@@ -131,7 +131,7 @@ class Runner {
       const LayerWeights& lw = w_.layers()[static_cast<size_t>(l)];
       LayerState* st = state_out ? &state_out->layers[static_cast<size_t>(l)] : nullptr;
       const bool last_trimmed = trim && l == c_.layers - 1;
-      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), total_, h, lw.input_norm.data(), true, eps(),
+      rmsnorm_rows(k_, ws_.x.data(), ws_.xn.data(), total_, h, lw.input_norm.data(), true, eps(),
                    threads_);
       if (lw.full_attention) {
         attention(lw.attn, l, segs, st, last_trimmed);
@@ -145,13 +145,13 @@ class Runner {
         if (total_ == 0) break;
       }
       add_into_x();
-      rmsnorm_rows(ws_.x.data(), ws_.xn.data(), total_, h, lw.post_norm.data(), true, eps(),
+      rmsnorm_rows(k_, ws_.x.data(), ws_.xn.data(), total_, h, lw.post_norm.data(), true, eps(),
                    threads_);
       mlp(lw);
       add_into_x();
     }
     out.resize(static_cast<size_t>(total_ * h));
-    rmsnorm_rows(ws_.x.data(), out.data(), total_, h, w_.final_norm().data(), true, eps(),
+    rmsnorm_rows(k_, ws_.x.data(), out.data(), total_, h, w_.final_norm().data(), true, eps(),
                  threads_);
   }
 
@@ -242,7 +242,7 @@ class Runner {
 
   // A big projection: runs in the model's precision (model.h).
   void gemm(const float* x, int64_t ldx, const Bf16Matrix& m, float* y) {
-    project(precision_, int8_, bf16_, x, total_, ldx, m, y, threads_, ws_.rounded);
+    project(k_, precision_, int8_, bf16_, x, total_, ldx, m, y, threads_, ws_.rounded);
   }
   // FP32 activations in every mode (the small GDN gate projections).
   void gemm_fp32(const float* x, int64_t ldx, const Bf16Matrix& m, float* y) {
@@ -308,12 +308,12 @@ class Runner {
           for (int64_t hh = 0; any_query && hh < nh; ++hh) {
             float* q = qb + t * nh * hd + hh * hd;
             std::memcpy(q, qg + t * qg_w + hh * 2 * hd, z(hd) * 4);
-            rmsnorm_inplace(q, hd, a.q_norm.data(), eps());
+            rmsnorm_inplace(k_, q, hd, a.q_norm.data(), eps());
             rope_inplace(q, cs, sn, half);
           }
           for (int64_t g = 0; g < nkv; ++g) {
             float* k = kb + t * kv_w + g * hd;
-            rmsnorm_inplace(k, hd, a.k_norm.data(), eps());
+            rmsnorm_inplace(k_, k, hd, a.k_norm.data(), eps());
             rope_inplace(k, cs, sn, half);
           }
         },
@@ -618,8 +618,7 @@ class Runner {
     int64_t o_stride;
   };
 
-  static void gdn_recurrent(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) {
-    const ModelKernels& k_ = model_kernels();
+  void gdn_recurrent(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) const {
     std::vector<float> eg(z2(len)), beta(z2(len));
     for (int64_t t = 0; t < len; ++t) {
       eg[z2(t)] = fixed_expf(h.g[t * h.gb_stride]);
@@ -635,8 +634,7 @@ class Runner {
   //   o_i = exp(c_i) S^T q_i + sum_{j<=i} (q_i . k_j) exp(c_i - c_j) vnew_j,
   //   S <- exp(c_last) S + sum_j exp(c_last - c_j) k_j vnew_j^T.
   // (The same UT-transform algebra as upstream's torch chunked reference.)
-  static void gdn_chunked(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) {
-    const ModelKernels& k_ = model_kernels();
+  void gdn_chunked(float* s, const HeadView& h, int64_t len, int64_t dk, int64_t dv) const {
     std::vector<float> cum(kGdnChunk), u(z2(kGdnChunk * dv)), kd(z2(dk));
     for (int64_t c0 = 0; c0 < len; c0 += kGdnChunk) {
       const int64_t n = std::min(kGdnChunk, len - c0);
@@ -698,10 +696,10 @@ class Runner {
 
 }  // namespace
 
-void run_layers(const ModelWeights& w, const ForwardOptions& options, const Int8Weights* int8,
-                const Bf16DotWeights* bf16, std::vector<Segment>& segs, std::vector<float>& out,
-                PrefixState* state_out) {
-  Runner(w, options, int8, bf16).run(segs, out, state_out);
+void run_layers(const ModelWeights& w, const ForwardOptions& options, const ModelKernels& kernels,
+                const Int8Weights* int8, const Bf16DotWeights* bf16, std::vector<Segment>& segs,
+                std::vector<float>& out, PrefixState* state_out) {
+  Runner(w, options, kernels, int8, bf16).run(segs, out, state_out);
 }
 
 size_t attention_scratch_bytes_per_key(const ModelConfig& c, size_t threads) {

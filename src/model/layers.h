@@ -1,14 +1,16 @@
 // The layer math of the Qwen3.5 text forward (private to the model layer): embedding, the
 // per-layer norms, full attention, the gated-delta-net (GDN) mixer and the MLP over a batch of
-// segments, each continuing its own prefix state. Every kernel goes through the model's kernel
-// table (kev/cpu/model_kernels.h) and every big projection through project() (projections.h);
-// nothing here names an instruction set. Model (model.cpp) cuts the work into batches and prefill
-// steps.
+// segments, each continuing its own prefix state: the CPU backend's pass (backend.h). Every
+// kernel goes through the kernel table it is given (kev/cpu/model_kernels.h) and every big
+// projection through project() (projections.h); nothing here names an instruction set. Model
+// (model.cpp) cuts the work into batches and prefill steps.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "kev/cpu/model_kernels.h"
 #include "kev/model/model.h"
+#include "model/backend.h"
 #include "model/projections.h"
 
 namespace kev {
@@ -18,19 +20,6 @@ inline constexpr int64_t kGdnChunk = kGdnChunkTokens;  // tokens per chunk of th
 // >= 1) stay within fixed_sin/fixed_cos's range (kFixedTrigMaxArg, fixed_math.h).
 inline constexpr int64_t kMaxPosition = int64_t{1} << 20;
 
-struct Segment {
-  const PrefixState* from;  // the state this segment continues
-  const int32_t* ids;
-  std::vector<int64_t> positions;
-  int64_t len = 0, offset = 0;  // rows [offset, offset + len) of the batch
-  // The rows whose final hidden states are read: all, or `read` (indices into the segment,
-  // ascending, unique; empty for a prefill that reads none). out_offset: where the segment's
-  // first read row lands in run_layers' output.
-  bool read_all = true;
-  std::vector<int64_t> read;
-  int64_t out_offset = 0;
-};
-
 // Runs the segments (each continuing its own `from`, which may differ between segments) and
 // writes the final-normed hidden states of the read rows into out: [R, H], segment after segment,
 // each segment's read rows in ascending order (all rows: [T, H]). Work whose result is never
@@ -38,8 +27,9 @@ struct Segment {
 // the last layer's output projection, MLP and final norm (a state's prefill reads none); a read
 // row's bits do not change (every step is per row). With state_out (only for one segment) the
 // extended state is returned there.
-void run_layers(const ModelWeights& w, const ForwardOptions& options, const Int8Weights* int8,
-                const Bf16DotWeights* bf16, std::vector<Segment>& segs, std::vector<float>& out,
-                PrefixState* state_out);
+// Every kernel through `kernels`.
+void run_layers(const ModelWeights& w, const ForwardOptions& options, const ModelKernels& kernels,
+                const Int8Weights* int8, const Bf16DotWeights* bf16, std::vector<Segment>& segs,
+                std::vector<float>& out, PrefixState* state_out);
 
 }  // namespace kev

@@ -1,13 +1,14 @@
 // The Model API (model.h): state and id checks, prefill in bounded steps, rows in bounded
-// batches, precision switching. The layer math is layers.cpp, the projections projections.cpp.
+// batches, precision switching. Each pass runs on the backend (backend.h; the CPU's: the layer
+// math of layers.cpp, the projections of projections.cpp).
 #include <algorithm>
 #include <string>
 
 #include "kev/core/error.h"
 #include "kev/formats/bundle_manifest.h"
 #include "kev/model/model.h"
+#include "model/backend.h"
 #include "model/layers.h"
-#include "model/projections.h"
 
 namespace kev {
 namespace {
@@ -95,9 +96,9 @@ void Model::set_options(const ForwardOptions& o) {
   if (o.prefill_step == 0 || o.prefill_step % chunk != 0)
     fail(ErrorKind::kBadInput, "prefill step of {} tokens: not a positive multiple of {}",
          o.prefill_step, chunk);
+  if (!backend_ || o.backend != options_.backend) backend_ = make_backend(o.backend, *weights_);
   options_ = o;
-  if (o.precision == Precision::kBf16 && !bf16_) bf16_ = prepare_bf16(*weights_, o.threads);
-  if (o.precision == Precision::kInt8 && !int8_) int8_ = prepare_int8(*weights_, o.threads);
+  backend_->prepare(o);
 }
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions options,
@@ -159,7 +160,7 @@ PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& i
         make_segment(*current, part, part_positions, hidden ? nullptr : &kNone)};
     PrefixState out;
     std::vector<float> h;
-    run_layers(*weights_, options_, int8_.get(), bf16_.get(), segs, h, &out);
+    backend_->run(options_, segs, h, &out);
     if (hidden) hidden->insert(hidden->end(), h.begin(), h.end());
     next = std::move(out);
     current = &next;
@@ -204,7 +205,7 @@ std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& pr
     std::vector<Segment> batch(segs.begin() + static_cast<std::ptrdiff_t>(first),
                                segs.begin() + static_cast<std::ptrdiff_t>(last));
     std::vector<float> h;
-    run_layers(*weights_, options_, int8_.get(), bf16_.get(), batch, h, nullptr);
+    backend_->run(options_, batch, h, nullptr);
     for (size_t r = first; r < last; ++r) collect_row(rows[r], batch[r - first], h, hd, results[r]);
     first = last;
   }

@@ -149,11 +149,11 @@ void for_each_selected(const ModelWeights& w, const Int8Selection& sel, Fn fn) {
 
 }  // namespace
 
-std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, size_t threads) {
+std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelKernels& k,
+                                             size_t threads) {
   // bf16 reduces the same projections as int8's default selection (model.h). With a dot kernel
   // those rows are read from its own packed copy and their mapped BF16 pages leave the resident
   // set, as for int8 below (so bf16 holds one copy).
-  const ModelKernels& k = model_kernels();
   const int64_t layers = w.config().layers;
   auto d = std::make_unique<Bf16DotWeights>();
   d->packed = k.has_bf16_dot();
@@ -184,10 +184,9 @@ std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads)
   return q;
 }
 
-void project(Precision precision, const Int8Weights* int8, const Bf16DotWeights* bf16,
-             const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& m, float* y,
-             size_t threads, AlignedVector<float>& rounded) {
-  const ModelKernels& kern = model_kernels();
+void project(const ModelKernels& kern, Precision precision, const Int8Weights* int8,
+             const Bf16DotWeights* bf16, const float* x, int64_t rows, int64_t ldx,
+             const Bf16Matrix& m, float* y, size_t threads, AlignedVector<float>& rounded) {
   if (precision == Precision::kInt8) {
     const Int8Part* p = int8->find(m);
     if (!p) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kev/cpu/matrix.h"
+#include "kev/cpu/model_kernels.h"
 #include "kev/model/model.h"
 #include "kev/model/weights.h"
 
@@ -55,14 +56,16 @@ inline Bf16Matrix rows_of(const Bf16Matrix& m, int64_t r0, int64_t r1) {
 
 // kBf16's projections (int8's default selection) and kInt8's (the default selection, or
 // KEV_INT8_CLASSES), built once; the copied rows' mapped pages are released.
-std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, size_t threads);
+// kBf16 packs for `kernels`' bf16 dot kernel where it has one.
+std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelKernels& kernels,
+                                             size_t threads);
 std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads);
 
-// y[rows, m.rows] (row stride m.rows) = x * m^T in `precision`: the selected rows of a reduced
-// projection through its int8 / bf16 kernel, every other row in exact FP32. int8 (bf16) must be
-// the prepared weights when precision is kInt8 (kBf16). `rounded` is scratch.
-void project(Precision precision, const Int8Weights* int8, const Bf16DotWeights* bf16,
-             const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& m, float* y,
-             size_t threads, AlignedVector<float>& rounded);
+// y[rows, m.rows] (row stride m.rows) = x * m^T through `kernels` in `precision`: the selected rows
+// of a reduced projection through its int8 / bf16 kernel, every other row in exact FP32. int8
+// (bf16) must be the prepared weights when precision is kInt8 (kBf16). `rounded` is scratch.
+void project(const ModelKernels& kernels, Precision precision, const Int8Weights* int8,
+             const Bf16DotWeights* bf16, const float* x, int64_t rows, int64_t ldx,
+             const Bf16Matrix& m, float* y, size_t threads, AlignedVector<float>& rounded);
 
 }  // namespace kev

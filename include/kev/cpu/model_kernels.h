@@ -21,6 +21,10 @@ namespace kev {
 
 class ModelKernels {
  public:
+  // The table of one level this CPU runs (Error kUnsupported otherwise): what a backend holds
+  // when it wants another level than the process's table below (the tests' portable backend).
+  static ModelKernels at_level(Isa level);
+
   // y[rows, w.rows] (row stride ldy) = x * W^T, FP32 activations x BF16 weights (gemm.h).
   void gemm(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, float* y, int64_t ldy,
             size_t threads) const;

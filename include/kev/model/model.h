@@ -79,10 +79,12 @@ struct ForwardOptions {
   size_t threads = 0;  // 0 = default_workers()
   Precision precision = Precision::kFp32;
   size_t prefill_step = kPrefillStepTokens;  // a positive multiple of kGdnChunkTokens
+  // What runs the layers: a registered backend (src/model/backend.h; "cpu", the only one a
+  // release build registers). An unknown name is Error(kBadInput).
+  std::string backend = "cpu";
 };
 
-struct Int8Weights;     // the quantized projections of kInt8 (projections.h)
-struct Bf16DotWeights;  // kBf16's projections, packed for a bf16 dot kernel (projections.h)
+class Backend;  // src/model/backend.h
 
 // Keys and values of consecutive positions, as one extend() step wrote them: k, v [rows,
 // kv_heads * head_dim] (after k_norm and RoPE). Immutable once made.
@@ -148,7 +150,8 @@ class Model {
   const ModelWeights& weights() const { return *weights_; }
   const ForwardOptions& options() const { return options_; }
   // Switching to kInt8 quantizes the weights then (once); not concurrent with a forward. A
-  // prefill_step that is not a positive multiple of kGdnChunkTokens is Error(kBadInput).
+  // prefill_step that is not a positive multiple of kGdnChunkTokens is Error(kBadInput); another
+  // backend name makes that backend (its prepared projections are made again).
   void set_options(const ForwardOptions& o);
 
   PrefixState empty_state() const;
@@ -173,8 +176,7 @@ class Model {
  private:
   std::unique_ptr<ModelWeights> weights_;
   ForwardOptions options_;
-  std::unique_ptr<Int8Weights> int8_;
-  std::unique_ptr<Bf16DotWeights> bf16_;
+  std::unique_ptr<Backend> backend_;
 };
 
 }  // namespace kev

@@ -1,0 +1,92 @@
+// The backend registry and the CPU backend (backend.h): layers.cpp over a kernel table, with
+// the fast precisions' projections prepared once each (projections.h).
+#include "model/backend.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "kev/core/error.h"
+#include "model/layers.h"
+#include "model/projections.h"
+
+namespace kev {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const ModelWeights& w, const ModelKernels& kernels) : w_(w), kernels_(kernels) {}
+
+  const char* name() const override { return "cpu"; }
+
+  void prepare(const ForwardOptions& o) override {
+    if (o.precision == Precision::kBf16 && !bf16_) bf16_ = prepare_bf16(w_, kernels_, o.threads);
+    if (o.precision == Precision::kInt8 && !int8_) int8_ = prepare_int8(w_, o.threads);
+  }
+
+  void run(const ForwardOptions& o, std::vector<Segment>& segs, std::vector<float>& out,
+           PrefixState* state_out) const override {
+    run_layers(w_, o, kernels_, int8_.get(), bf16_.get(), segs, out, state_out);
+  }
+
+ private:
+  const ModelWeights& w_;
+  const ModelKernels kernels_;
+  std::unique_ptr<Int8Weights> int8_;
+  std::unique_ptr<Bf16DotWeights> bf16_;
+};
+
+// "cpu" from the start; others as they register.
+struct Registry {
+  Registry() {
+    factories["cpu"] = [](const ModelWeights& w) { return make_cpu_backend(w, model_kernels()); };
+  }
+  std::mutex mutex;
+  std::map<std::string, BackendFactory> factories;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelWeights& w, const ModelKernels& kernels) {
+  return std::make_unique<CpuBackend>(w, kernels);
+}
+
+void register_backend(const std::string& name, BackendFactory make) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (name.empty() || !make || r.factories.count(name))
+    fail(ErrorKind::kInternal, "backend '{}': {}", name,
+         name.empty() || !make ? "no name or no factory" : "registered already");
+  r.factories.emplace(name, std::move(make));
+}
+
+std::vector<std::string> backend_names() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> out;
+  for (const auto& [name, make] : r.factories) out.push_back(name);
+  return out;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const ModelWeights& w) {
+  BackendFactory make;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.factories.find(name);
+    if (it != r.factories.end()) make = it->second;
+  }
+  if (!make)
+    fail(ErrorKind::kBadInput, "no backend '{}' in this build (it has: {})", name,
+         fmt::join(backend_names(), ", "));
+  return make(w);
+}
+
+}  // namespace kev

@@ -1,0 +1,69 @@
+// The seam between the Model (model.h: its API, the checks of ids and states, the cutting of
+// work into prefill steps and row batches) and what runs the layers: a backend. A backend owns
+// its kernels and what it prepares from the weights for a precision (the packed or quantized
+// projections), and runs one pass: segments, each continuing its own prefix state, through every
+// layer. The CPU backend (cpu_backend.cpp: layers.cpp over a ModelKernels table) is registered as
+// "cpu" and is the default; another device is a folder with its Backend and one
+// register_backend call before its first Model. The tests register a second backend (the CPU
+// layers over the portable kernel table) to prove that the seam carries a whole forward.
+//
+// Limits of this step: a prefix state is host memory (model.h, PrefixState) whatever the
+// backend, so a device backend copies a state's keys/values in and out per pass.
+//
+// Contract of run(): run_layers' (layers.h): the final-normed hidden states of the read rows,
+// segment after segment; with state_out (one segment only) the extended state. A backend keeps
+// the Model's guarantees (model.h): a row's bits do not depend on the rows beside it, the batch,
+// the thread count or the prefill step.
+// Thread safety: the registry may be used from any thread; run() may run on several threads at
+// once (it only reads the backend); prepare() is never concurrent with run() (Model's contract
+// for set_options).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kev/cpu/model_kernels.h"
+#include "kev/model/model.h"
+#include "kev/model/weights.h"
+
+namespace kev {
+
+// One unit of a pass: a prefix state and the tokens that continue it.
+struct Segment {
+  const PrefixState* from;  // the state this segment continues
+  const int32_t* ids;
+  std::vector<int64_t> positions;
+  int64_t len = 0, offset = 0;  // rows [offset, offset + len) of the batch
+  // The rows whose final hidden states are read: all, or `read` (indices into the segment,
+  // ascending, unique; empty for a prefill that reads none). out_offset: where the segment's
+  // first read row lands in the pass's output.
+  bool read_all = true;
+  std::vector<int64_t> read;
+  int64_t out_offset = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // Makes ready what `options` needs (a fast precision's prepared projections), once each.
+  virtual void prepare(const ForwardOptions& options) = 0;
+  virtual void run(const ForwardOptions& options, std::vector<Segment>& segs,
+                   std::vector<float>& out, PrefixState* state_out) const = 0;
+};
+
+// Makes a backend for a model's weights (which outlive it).
+using BackendFactory = std::function<std::unique_ptr<Backend>(const ModelWeights&)>;
+// Registers `name` (Error kInternal if it is taken or empty).
+void register_backend(const std::string& name, BackendFactory make);
+// The registered backend `name` for these weights; Error kBadInput naming the registered ones if
+// there is none.
+std::unique_ptr<Backend> make_backend(const std::string& name, const ModelWeights& w);
+std::vector<std::string> backend_names();  // registered, sorted; "cpu" always
+
+// The CPU backend over a given kernel table (the "cpu" backend uses model_kernels()).
+std::unique_ptr<Backend> make_cpu_backend(const ModelWeights& w, const ModelKernels& kernels);
+
+}  // namespace kev
