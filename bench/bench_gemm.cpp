@@ -7,10 +7,10 @@
 // --int8: gemm_int8 (weights quantized first, untimed; activation quantization timed) instead;
 // its "gflops" count 2 per multiply-add as for FP32. The kernel line names the int8 variant
 // (e.g. avx512vnni). --bf16-dot: the AVX512-BF16 vdpbf16ps kernel of `--precision bf16`
-// (gemm_avx512.h; weights packed first, untimed; activation rounding timed); refused where the
-// CPU has none (on other CPUs the bf16 mode is the FP32 GEMM on rounded activations).
-// Default ISA: the dispatcher's (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks
-// is refused. Prints one JSON object per line: per shape the best of R timed runs.
+// (precision_kernels.h; weights packed first, untimed; activation rounding timed); refused where
+// the CPU has none (on other CPUs the bf16 mode is the FP32 GEMM on rounded activations). Default
+// ISA: the dispatcher's (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks is refused.
+// Prints one JSON object per line: per shape the best of R timed runs.
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -22,8 +22,8 @@
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
 #include "kev/cpu/gemm.h"
-#include "kev/cpu/gemm_avx512.h"
 #include "kev/cpu/gemm_int8.h"
+#include "kev/cpu/precision_kernels.h"
 
 using namespace kev;
 
@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gemm: this CPU lacks %s\n", isa_name(isa));
     return 2;
   }
-  if (bf16_dot &&
-      (int8 || isa != parse_isa("avx512") || best_bf16_kernel() != Bf16Kernel::kAvx512Bf16)) {
+  if (bf16_dot && (int8 || isa != parse_isa("avx512") ||
+                   bf16_kernel_name(best_bf16_kernel()) != std::string("avx512bf16"))) {
     std::fprintf(stderr,
                  "bench_gemm: --bf16-dot needs the avx512bf16 kernel (an AVX512-BF16 CPU, --isa "
                  "avx512, no --int8); `kev cpu` shows gemm_bf16_dot\n");
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       if (int8)
         gemm_int8_isa(isa, x.data(), s.m, s.k, q, y.data(), s.n, threads);
       else if (bf16_dot)
-        gemm_bf16_pairs(Bf16Kernel::kAvx512Bf16, x.data(), s.m, s.k, pairs, y.data(), s.n, threads);
+        gemm_bf16_pairs(best_bf16_kernel(), x.data(), s.m, s.k, pairs, y.data(), s.n, threads);
       else
         gemm_bf16_isa(isa, x.data(), s.m, s.k, mat, y.data(), s.n, threads);
     };

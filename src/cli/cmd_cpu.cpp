@@ -1,8 +1,8 @@
 // kev cpu: what this CPU supports and which kernel variant each family runs (after KEV_ISA and the
 // per-family variables), as JSON. For bug reports, benchmarks and tests that force a path.
 // "vec" is the forward's vector kernels (dot rows, GDN steps: kev/cpu/model_kernels.h).
-// gemm_int8_kernel / gemm_bf16_dot name the precision-mode kernels (gemm_avx512.h); asking for
-// them runs the AVX-512 start-up probes on a CPU that has those kernels.
+// gemm_int8_kernel / gemm_bf16_dot name the precision-mode kernels (precision_kernels.h); asking
+// for them runs the AVX-512 start-up probes on a CPU that has those kernels.
 #include <cstdio>
 
 #include "cli/command.h"

@@ -4,11 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "kev/cpu/gemm.h"
-#include "kev/cpu/gemm_avx512.h"
 #include "kev/cpu/gemm_int8.h"
 #include "kev/cpu/isa.h"
 #include "kev/cpu/merge.h"
 #include "kev/cpu/model_kernels.h"
+#include "kev/cpu/precision_kernels.h"
 #include "kev/head/pointer_head.h"
 
 namespace kev::cli {

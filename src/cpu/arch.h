@@ -14,7 +14,7 @@
 //   CPU check (CPUID, HWCAP, ...), asked once per process per level by isa.cpp (which keeps the
 //   answers). The folder names its own ranks (x86/levels.h: kAvx2, kAvx512).
 // - Every variant function takes a level the CPU supports (the callers check) and returns that
-//   level's variant of one kernel family, or nullptr / kPortable / kNone when the family has no
+//   level's variant of one kernel family, or nullptr (or -1) when the family has no
 //   variant there: the caller then runs the portable variant (src/cpu/portable/portable.h). A
 //   family may answer a higher level with a lower level's variant (an AVX-512 CPU runs the AVX2
 //   vector kernels).
@@ -27,10 +27,10 @@
 #include <cstdint>
 #include <span>
 
-#include "kev/cpu/gemm_avx512.h"
 #include "kev/cpu/head_kernels.h"
 #include "kev/cpu/isa.h"
 #include "kev/cpu/matrix.h"
+#include "kev/cpu/precision_kernels.h"
 #include "kev/cpu/vec.h"
 
 namespace kev::arch {
@@ -63,38 +63,44 @@ struct GemmVariant {
 };
 const GemmVariant* gemm(Isa level);
 
-// ---- int8 GEMM (gemm_int8.h, gemm_avx512.h) ----
+// ---- int8 GEMM (gemm_int8.h, precision_kernels.h) ----
 // Output groups [g0, g1) of y from int16 activations xq [rows padded to kInt8TileRows][kp] and
 // their scales sx [..][blocks].
 using Int8Range = void (*)(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                            const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
-// The folder's int8 kernels: each with the level it belongs to (`kev cpu`'s gemm_int8) and, when
-// it needs more than that level, the CPU check of the extension (nullptr: the level's alone).
+// The folder's int8 kernels, registered by name (`kev cpu`'s gemm_int8_kernel), each with the
+// level it belongs to (`kev cpu`'s gemm_int8) and, when it needs more than that level, the CPU
+// check of its extension (nullptr: the level's alone).
 struct Int8Variant {
-  Int8Kernel kernel;
+  const char* name;
   Isa level;
   bool (*cpu_runs)();
   Int8Range range;
 };
 std::span<const Int8Variant> int8_variants();
-Int8Kernel int8_kernel(Isa level);  // the kernel this level runs here (after start-up probes)
+// The kernel a level runs here, after any start-up probe: an index into int8_variants(), or -1
+// for the portable kernel. A folder that probes a kernel first calls probe_kernel on
+// precision_variants.h's family_int8_kernel(index).
+int int8_choice(Isa level);
 // Quantizes 32 floats by gemm_int8.h's rule into int32 q, returns the scale (same values as the
 // portable rule); nullptr when the CPU has no faster form.
 using QuantizeBlock = float (*)(const float* v, int32_t* q, float qmax);
 QuantizeBlock quantize_block();
 
-// ---- bf16 dot GEMM (gemm_avx512.h) ----
+// ---- bf16 dot GEMM (precision_kernels.h) ----
 // Output groups [g0, g1) of y from BF16 activations xq [rows padded to 6][ldxq].
 using Bf16Range = void (*)(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf16PairMatrix& w,
                            float* y, int64_t ldy, int64_t g0, int64_t g1);
 struct Bf16Variant {  // as Int8Variant
-  Bf16Kernel kernel;
+  const char* name;
   Isa level;
   bool (*cpu_runs)();
   Bf16Range range;
 };
 std::span<const Bf16Variant> bf16_variants();
-Bf16Kernel bf16_kernel(Isa level);  // kNone: the bf16 mode rounds activations and runs gemm
+// The dot kernel a level runs here (an index into bf16_variants()), or -1: the bf16 mode rounds
+// activations and runs gemm.
+int bf16_choice(Isa level);
 
 // ---- vector kernels (vec.h) ----
 struct VecVariant {

@@ -17,8 +17,8 @@
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/threads.h"
-#include "kev/cpu/gemm_avx512.h"
 #include "kev/cpu/model_kernels.h"
+#include "kev/cpu/precision_kernels.h"
 
 namespace kev {
 namespace {
@@ -109,19 +109,13 @@ void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_t
 }
 
 arch::Int8Range range_for(Int8Kernel k) {
-  switch (k) {
-    case Int8Kernel::kPortable:
-      return &portable::int8_range;
-    case Int8Kernel::kAvx512Emulated:
-      return &portable::int8_range_avx512_emulated;
-    default: {
-      const arch::Int8Variant* v = find_variant(k);
-      if (v == nullptr)
-        fail(ErrorKind::kInternal, "no {} int8 kernel in this {} build", int8_kernel_name(k),
-             arch_name());
-      return v->range;
-    }
-  }
+  if (k == kPortableInt8Kernel) return &portable::int8_range;
+  if (k == kEmulatedInt8Kernel) return &portable::int8_range_avx512_emulated;
+  const arch::Int8Variant* v = find_variant(k);
+  if (v == nullptr)
+    fail(ErrorKind::kInternal, "no {} int8 kernel in this {} build", int8_kernel_name(k),
+         arch_name());
+  return v->range;
 }
 
 }  // namespace
@@ -188,7 +182,7 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
   if (rows <= 0 || w.rows <= 0) return;
   if (threads == 0) threads = default_workers();
   const arch::Int8Range range = range_for(k);
-  const bool tiled = k != Int8Kernel::kPortable;
+  const bool tiled = k != kPortableInt8Kernel;
   const int64_t rows_padded =
       tiled ? (rows + kInt8TileRows - 1) / kInt8TileRows * kInt8TileRows : rows;
   thread_local QuantRows tl;

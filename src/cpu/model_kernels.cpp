@@ -15,9 +15,9 @@ ModelKernels ModelKernels::at_level(Isa level) {
   t.gemm_ = level;
   const arch::VecVariant* vec = arch::vec(level);
   t.vec_ = vec != nullptr ? vec->level : Isa::kPortable;
-  t.int8_ = arch::int8_kernel(level);
+  t.int8_ = family_int8_kernel(arch::int8_choice(level));
   t.int8_isa_ = int8_kernel_level(t.int8_);
-  t.bf16_ = arch::bf16_kernel(level);
+  t.bf16_ = family_bf16_kernel(arch::bf16_choice(level));
   return t;
 }
 
@@ -25,9 +25,9 @@ const ModelKernels& model_kernels() {
   static const ModelKernels k = [] {
     ModelKernels t = ModelKernels::at_level(gemm_level());
     if (avx512_emulation_requested()) {
-      t.int8_ = Int8Kernel::kAvx512Emulated;
+      t.int8_ = kEmulatedInt8Kernel;
       t.int8_isa_ = int8_kernel_level(t.int8_);
-      t.bf16_ = Bf16Kernel::kAvx512Emulated;
+      t.bf16_ = kEmulatedBf16Kernel;
     }
     return t;
   }();

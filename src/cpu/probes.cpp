@@ -1,6 +1,6 @@
-// The start-up probes of the precision-mode kernels (gemm_avx512.h, "Safety net"): a small fixed
-// problem each real kernel must solve like the portable kernel (int8: bit for bit) or within its
-// error bound (bf16) before its family folder lets it run. Architecture-free, so the tests run
+// The start-up probes of the precision-mode kernels (precision_kernels.h, "Safety net"): a small
+// fixed problem each real kernel must solve like the portable kernel (int8: bit for bit) or within
+// its error bound (bf16) before its family folder lets it run. Architecture-free, so the tests run
 // them on the emulations on every machine.
 #include <cmath>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kev/core/bf16.h"
-#include "kev/cpu/gemm_avx512.h"
+#include "kev/cpu/precision_kernels.h"
 
 namespace kev {
 namespace {
@@ -59,7 +59,7 @@ bool probe_int8(Int8Kernel k) {
   const ProbeProblem p;
   const Int8Matrix q = quantize_int8(p.matrix(), 1);
   std::vector<float> want(kProbeRows * kProbeOut), got(want.size(), NAN);
-  gemm_int8_kernel(Int8Kernel::kPortable, p.x.data(), kProbeRows, kProbeCols, q, want.data(),
+  gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), kProbeRows, kProbeCols, q, want.data(),
                    kProbeOut, 1);
   gemm_int8_kernel(k, p.x.data(), kProbeRows, kProbeCols, q, got.data(), kProbeOut, 1);
   for (size_t i = 0; i < want.size(); ++i)
@@ -76,7 +76,7 @@ bool probe_int8(Int8Kernel k) {
   return true;
 }
 
-// The real bf16 variant passes when every output is within gemm_avx512.h's bound of a float64
+// The real bf16 variant passes when every output is within precision_kernels.h's bound of a float64
 // evaluation of the same BF16 operands (the inputs hold no denormals).
 bool probe_bf16(Bf16Kernel k) {
   const ProbeProblem p;
@@ -111,14 +111,14 @@ bool probe_bf16(Bf16Kernel k) {
 
 }  // namespace
 
-bool probe_avx512_kernel(Int8Kernel k) {
+bool probe_kernel(Int8Kernel k) {
   return probe_int8(k);
 }
-bool probe_avx512_kernel(Bf16Kernel k) {
+bool probe_kernel(Bf16Kernel k) {
   return probe_bf16(k);
 }
 
-std::string avx512_probe_note() {
+std::string kernel_probe_note() {
   std::lock_guard<std::mutex> lock(note_mutex);
   return probe_note;
 }

@@ -1,4 +1,4 @@
-"""The AVX-512 precision-mode kernels (include/kev/cpu/gemm_avx512.h) end to end through `kev
+"""The AVX-512 precision-mode kernels (include/kev/cpu/precision_kernels.h) end to end through `kev
 forward`, on any machine: KEV_AVX512_EMULATE=1 dispatches `--precision int8` and `bf16` to the
 emulated AVX-512 kernels (the real kernels' code run on a plain C++ model of each instruction).
 

@@ -14,9 +14,9 @@
 //   acc = fma(float(isum_b), sx[m][b] * sw[n][b], acc), acc starting at 0,
 // where isum_b = sum_k qx[m][k] * qw[n][k] over the block is an exact int32 (|isum| <= 32 *
 // 32767 * 127 < 2^31) and float() rounds to nearest even. That order depends on K only: an
-// output never depends on the batch, the thread split or the ISA (portable, AVX2, the AVX-512
-// BW / VNNI kernels of gemm_avx512.h and the aarch64 NEON kernel are bitwise identical; an
-// AVX-512 kernel that fails its start-up probe is replaced by the AVX2 one for the process).
+// output never depends on the batch, the thread split or the level (every kernel registered in
+// precision_kernels.h is bitwise identical to the portable one; a kernel that fails its
+// start-up probe is replaced by its family's next one for the process).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,15 +30,15 @@ namespace kev {
 Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads = 0);
 
 // The int8 kernels' level: the best this CPU supports, capped by KEV_GEMM_ISA / KEV_ISA like the
-// FP32 GEMM, and kAvx2 where the AVX-512 kernel failed its probe (`kev cpu`: "gemm_int8"; the
-// exact variant is best_int8_kernel(), gemm_avx512.h).
+// FP32 GEMM, or the level of the kernel its family fell back to where one failed its probe
+// (`kev cpu`: "gemm_int8"; the exact kernel is best_int8_kernel(), precision_kernels.h).
 Isa best_int8_isa();
 
 // Quantizes x (rows x K, row stride ldx) per row and block, then y = x * W^T as above.
 void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
                int64_t ldy, size_t threads = 0);
-// isa must be supported by this CPU; kAvx512 runs the AVX-512 VNNI (or BW) kernel, or AVX2 where
-// that failed its probe (int8_kernel_for, gemm_avx512.h).
+// isa must be supported by this CPU; it runs the kernel its family chose for that level
+// (int8_kernel_for, precision_kernels.h).
 void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
                    float* y, int64_t ldy, size_t threads);
 

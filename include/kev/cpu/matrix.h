@@ -1,6 +1,6 @@
 // The matrix types the kernel layer reads: plain data, no behaviour. The model owns where they
 // come from (weights.h maps Bf16Matrix from a bundle; the int8 and bf16 precision modes pack
-// Int8Matrix and Bf16PairMatrix at load time through gemm_int8.h and gemm_avx512.h).
+// Int8Matrix and Bf16PairMatrix at load time through gemm_int8.h and precision_kernels.h).
 //
 // Contract: a Bf16Matrix views memory it does not own (row-major, possibly unaligned); the packed
 // matrices own their bytes and have one layout on every CPU, so packing never depends on the

@@ -5,16 +5,16 @@
 // always, plus the folder of the CPU family the binary is built for). Every entry keeps its
 // family's fixed order of operations (gemm.h, gemm_int8.h, vec.h), so the choice changes speed,
 // never a bit, with one documented exception: the AVX512-BF16 dot kernel of the bf16 mode
-// (gemm_avx512.h).
+// (precision_kernels.h).
 // Thread safety: the table is immutable once built; any thread may call it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-#include "kev/cpu/gemm_avx512.h"
 #include "kev/cpu/gemm_int8.h"
 #include "kev/cpu/isa.h"
 #include "kev/cpu/matrix.h"
+#include "kev/cpu/precision_kernels.h"
 #include "kev/cpu/vec.h"
 
 namespace kev {
@@ -33,7 +33,7 @@ class ModelKernels {
                  int64_t ldy, size_t threads) const;
   // Whether the bf16 mode has a dot-product kernel here (then its weights are packed with
   // pack_bf16 and run through gemm_bf16_dot); without one it rounds activations and runs gemm.
-  bool has_bf16_dot() const { return bf16_ != Bf16Kernel::kNone; }
+  bool has_bf16_dot() const { return bf16_ != kNoBf16Kernel; }
   Bf16PairMatrix pack_bf16(const Bf16Matrix& m, size_t threads) const;
   void gemm_bf16_dot(const float* x, int64_t rows, int64_t ldx, const Bf16PairMatrix& w, float* y,
                      int64_t ldy, size_t threads) const;
@@ -83,8 +83,8 @@ class ModelKernels {
  private:
   friend const ModelKernels& model_kernels();
   Isa gemm_ = Isa::kPortable, vec_ = Isa::kPortable, int8_isa_ = Isa::kPortable;
-  Int8Kernel int8_ = Int8Kernel::kPortable;
-  Bf16Kernel bf16_ = Bf16Kernel::kNone;
+  Int8Kernel int8_ = kPortableInt8Kernel;
+  Bf16Kernel bf16_ = kNoBf16Kernel;
 };
 
 // The table of this process (chosen at first call; the start-up probes of the kernels that

@@ -70,12 +70,12 @@ void gdn_step(float* s, int64_t dk, int64_t dv, float eg, const float* k, const 
 
 // A sequence of len steps of one head: token n reads k, q, v at n * qkv_stride, exp(g) and beta
 // at eg[n] and beta[n], and writes o at n * o_stride. Every value column of the state evolves on
-// its own (step by step its m, delta and o involve only that column), so the AVX2 form runs the
-// sequence 32 columns at a time; per element the operations and their order are gdn_step's, so
-// the result is bit-identical to len calls of gdn_step. gdn_steps runs the level
-// model kernel table picks; gdn_steps_isa a given one (kPortable: the gdn_step loop; kAvx2 or
-// kAvx512: the AVX2 form; kNeon: the 4-lane form of src/cpu/arm64/vec.cpp; the CPU must support
-// it: Error kUnsupported otherwise).
+// its own (step by step its m, delta and o involve only that column), so a family's form may run
+// the sequence many columns at a time; per element the operations and their order are
+// gdn_step's, so the result is bit-identical to len calls of gdn_step. gdn_steps runs the level
+// the model kernel table picks; gdn_steps_isa a given one (portable: the gdn_step loop; another
+// level: its family folder's form, src/cpu/<family>/vec.cpp; the CPU must support it: Error
+// kUnsupported otherwise).
 struct GdnTokens {
   const float *q, *k, *v;
   int64_t qkv_stride;

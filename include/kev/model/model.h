@@ -17,8 +17,8 @@
 //   same numbers as a BF16 dot-product unit with FP32 FMA accumulation), for the projections
 //   of kInt8's default selection below; the others (the first quarter of the layers, the GDN
 //   query and key rows) stay exact FP32 in kBf16 too. Where the CPU has
-//   AVX512_BF16 (gemm_avx512.h), kBf16 instead repacks those weights once into vdpbf16ps's pair
-//   layout (releasing their BF16 pages) and sums in that instruction's order: the same
+//   AVX512_BF16 (precision_kernels.h), kBf16 instead repacks those weights once into vdpbf16ps's
+//   pair layout (releasing their BF16 pages) and sums in that instruction's order: the same
 //   precision but not the same bits as the AVX2 machine's kBf16 (batch- and
 //   thread-independent still, not ISA-independent). kInt8 quantizes those
 //   weights to int8 once when the model is built (or switched to kInt8), blockwise symmetric,

@@ -118,12 +118,12 @@ void int8_range_neon(const int16_t* xq, int64_t kp, const float* sx, int64_t row
 
 }  // namespace
 
-Int8Kernel int8_kernel(Isa level) {
-  return level == kNeon ? Int8Kernel::kNeon : Int8Kernel::kPortable;
+int int8_choice(Isa level) {
+  return level == kNeon ? 0 : -1;  // int8_variants()[0]
 }
 
 std::span<const Int8Variant> int8_variants() {
-  static const Int8Variant kVariants[] = {{Int8Kernel::kNeon, kNeon, nullptr, &int8_range_neon}};
+  static const Int8Variant kVariants[] = {{"neon", kNeon, nullptr, &int8_range_neon}};
   return kVariants;
 }
 

@@ -4,8 +4,8 @@
 
 namespace kev::arch {
 
-Bf16Kernel bf16_kernel(Isa) {
-  return Bf16Kernel::kNone;
+int bf16_choice(Isa) {
+  return -1;
 }
 
 std::span<const Bf16Variant> bf16_variants() {

@@ -25,8 +25,8 @@ const GemmVariant* gemm(Isa) {
   return nullptr;
 }
 
-Int8Kernel int8_kernel(Isa) {
-  return Int8Kernel::kPortable;
+int int8_choice(Isa) {
+  return -1;
 }
 
 std::span<const Int8Variant> int8_variants() {
@@ -37,8 +37,8 @@ QuantizeBlock quantize_block() {
   return nullptr;
 }
 
-Bf16Kernel bf16_kernel(Isa) {
-  return Bf16Kernel::kNone;
+int bf16_choice(Isa) {
+  return -1;
 }
 
 std::span<const Bf16Variant> bf16_variants() {

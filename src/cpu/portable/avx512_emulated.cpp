@@ -1,4 +1,4 @@
-// The AVX-512 precision-mode kernels (gemm_avx512.h) on the plain C++ emulation of their
+// The AVX-512 precision-mode kernels (precision_kernels.h) on the plain C++ emulation of their
 // instructions (avx512_emu_ops.h): the same tile bodies as the real ones, no target attribute,
 // so this code can never be compiled into AVX-512 instructions and runs on any CPU.
 #include <algorithm>

@@ -1,7 +1,7 @@
 // The portable variant of every kernel family: plain C++ in each family's reference order
-// (gemm.h, gemm_int8.h, gemm_avx512.h, vec.h, merge.h, pointer_head.h). Always built, on every
-// architecture; it is what a level without a family variant runs, and what every other variant
-// must match bit for bit. Private to the kernel layer.
+// (gemm.h, gemm_int8.h, precision_kernels.h, vec.h, merge.h, pointer_head.h). Always built, on
+// every architecture; it is what a level without a family variant runs, and what every other
+// variant must match bit for bit. Private to the kernel layer.
 #pragma once
 #include <cstdint>
 

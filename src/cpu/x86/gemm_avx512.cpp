@@ -1,10 +1,11 @@
-// The AVX-512 precision-mode kernels (gemm_avx512.h): the shared tile bodies
+// The AVX-512 precision-mode kernels (precision_kernels.h): the shared tile bodies
 // (src/cpu/tile512_*.inc) instantiated on the intrinsics of x86/avx512_ops.h, each under the
 // target attribute of exactly its extensions; and the bf16 dot kernel's choice per level, after
 // its start-up probe.
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/precision_variants.h"
 #include "cpu/x86/avx512_ops.h"
 #include "cpu/x86/levels.h"
 #include "cpu/x86/precision.h"
@@ -56,20 +57,19 @@ void bf16_range_avx512(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf1
 
 namespace kev::arch {
 
-Bf16Kernel bf16_kernel(Isa level) {
-  if (level != kAvx512) return Bf16Kernel::kNone;  // before the probe: only AVX-512 runs it
-  static const Bf16Kernel real = [] {
-    if (!cpu_has_avx512_bf16()) return Bf16Kernel::kNone;
-    return probe_avx512_kernel(Bf16Kernel::kAvx512Bf16) ? Bf16Kernel::kAvx512Bf16
-                                                        : Bf16Kernel::kNone;
-  }();
-  return real;
-}
-
 std::span<const Bf16Variant> bf16_variants() {
   static const Bf16Variant kVariants[] = {
-      {Bf16Kernel::kAvx512Bf16, kAvx512, &cpu_has_avx512_bf16, &x86::bf16_range_avx512}};
+      {"avx512bf16", kAvx512, &cpu_has_avx512_bf16, &x86::bf16_range_avx512}};
   return kVariants;
+}
+
+int bf16_choice(Isa level) {
+  if (level != kAvx512) return -1;  // before the probe: only AVX-512 runs it
+  static const int index = [] {
+    if (!cpu_has_avx512_bf16()) return -1;
+    return probe_kernel(family_bf16_kernel(0)) ? 0 : -1;
+  }();
+  return index;
 }
 
 }  // namespace kev::arch

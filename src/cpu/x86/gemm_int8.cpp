@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu/int8_layout.h"
+#include "cpu/precision_variants.h"
 #include "cpu/x86/levels.h"
 #include "cpu/x86/precision.h"
 #include "cpu/x86/target.h"
@@ -127,29 +128,33 @@ void range_avx2(const int16_t* xq, int64_t kp, const float* sx, int64_t rows, co
   }
 }
 
-// The AVX-512 int8 kernel of this CPU after its probe (kAvx2 when it failed); needs kAvx512.
-Int8Kernel avx512_int8_kernel() {
-  static const Int8Kernel k = [] {
-    const Int8Kernel real = cpu_has_avx512_vnni() ? Int8Kernel::kAvx512Vnni : Int8Kernel::kAvx512Bw;
-    return probe_avx512_kernel(real) ? real : Int8Kernel::kAvx2;
+// Positions in int8_variants().
+enum Int8Index { kAvx2Index, kAvx512BwIndex, kAvx512VnniIndex };
+
+// The AVX-512 int8 kernel of this CPU after its probe (AVX2's when it failed); needs kAvx512.
+int avx512_int8_choice() {
+  static const int index = [] {
+    const int real = cpu_has_avx512_vnni() ? kAvx512VnniIndex : kAvx512BwIndex;
+    return probe_kernel(family_int8_kernel(real)) ? real : kAvx2Index;
   }();
-  return k;
+  return index;
 }
 
 }  // namespace
 
-Int8Kernel int8_kernel(Isa level) {
-  if (level == kAvx512) return avx512_int8_kernel();
-  if (level == kAvx2) return Int8Kernel::kAvx2;
-  return Int8Kernel::kPortable;
-}
-
 std::span<const Int8Variant> int8_variants() {
   static const Int8Variant kVariants[] = {
-      {Int8Kernel::kAvx2, kAvx2, nullptr, &range_avx2},
-      {Int8Kernel::kAvx512Bw, kAvx512, nullptr, &x86::int8_range_avx512_bw},
-      {Int8Kernel::kAvx512Vnni, kAvx512, &cpu_has_avx512_vnni, &x86::int8_range_avx512_vnni}};
+      {"avx2", kAvx2, nullptr, &range_avx2},
+      {"avx512bw", kAvx512, nullptr, &x86::int8_range_avx512_bw},
+      {"avx512vnni", kAvx512, &cpu_has_avx512_vnni, &x86::int8_range_avx512_vnni}};
+  static_assert(kAvx2Index == 0 && kAvx512BwIndex == 1 && kAvx512VnniIndex == 2);
   return kVariants;
+}
+
+int int8_choice(Isa level) {
+  if (level == kAvx512) return avx512_int8_choice();
+  if (level == kAvx2) return kAvx2Index;
+  return -1;
 }
 
 QuantizeBlock quantize_block() {

@@ -37,8 +37,8 @@ std::span<const Int8Variant> int8_variants() {
   return {};
 }
 
-Int8Kernel int8_kernel(Isa) {
-  return Int8Kernel::kPortable;
+int int8_choice(Isa) {
+  return -1;
 }
 
 QuantizeBlock quantize_block() {
@@ -49,8 +49,8 @@ std::span<const Bf16Variant> bf16_variants() {
   return {};
 }
 
-Bf16Kernel bf16_kernel(Isa) {
-  return Bf16Kernel::kNone;
+int bf16_choice(Isa) {
+  return -1;
 }
 
 const VecVariant* vec(Isa) {

@@ -1,9 +1,10 @@
-// The precision modes' architecture-free part (gemm_avx512.h): kernel names and CPU checks,
-// the bf16 pair packing, the drivers that quantize or round activations and split output groups
-// over threads (the start-up probes are probes.cpp). The kernels come from the family folder
-// (arch::int8_range, arch::bf16_range) or the portable emulation; which one a level runs is the
-// family's choice (arch::int8_kernel, arch::bf16_kernel), made once in the kernel table.
-#include "kev/cpu/gemm_avx512.h"
+// The precision-mode kernels' registry and drivers (precision_kernels.h): kernel ids over the
+// portable folder and the family folder (precision_variants.h), names and CPU checks, the bf16
+// pair packing, and the drivers that quantize or round activations and split output groups over
+// threads (the start-up probes are probes.cpp; the int8 driver is gemm_int8.cpp). Which kernel a
+// level runs is the family's choice (arch::int8_choice, arch::bf16_choice), made once in the
+// kernel table.
+#include "kev/cpu/precision_kernels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -22,14 +23,15 @@ namespace kev {
 namespace {
 
 constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMatrix's too)
+constexpr int kFamilyFirstId = 2;       // ids 0 and 1: portable / "none" and the emulation
 
-arch::Bf16Range range_for(Bf16Kernel k) {
-  if (k == Bf16Kernel::kAvx512Emulated) return &portable::bf16_range_avx512_emulated;
-  const arch::Bf16Variant* v = find_variant(k);
-  if (v == nullptr)
-    fail(ErrorKind::kInternal, "no {} bf16 kernel in this {} build", bf16_kernel_name(k),
-         arch_name());
-  return v->range;
+// The family's variant of a kernel id, or nullptr.
+template <class Variant>
+const Variant* variant_at(std::span<const Variant> family, int id) {
+  const int index = id - kFamilyFirstId;
+  return index >= 0 && static_cast<size_t>(index) < family.size()
+             ? &family[static_cast<size_t>(index)]
+             : nullptr;
 }
 
 // The CPU runs a registered variant: its level, and its extension if it names one.
@@ -38,18 +40,62 @@ bool runs(const Variant* v) {
   return v != nullptr && isa_supported(v->level) && (v->cpu_runs == nullptr || v->cpu_runs());
 }
 
+template <class Kernel, class Variant>
+std::vector<Kernel> all_kernels(std::span<const Variant> family) {
+  std::vector<Kernel> out;
+  for (size_t id = 0; id < kFamilyFirstId + family.size(); ++id)
+    out.push_back(Kernel::of_id(static_cast<int>(id)));
+  return out;
+}
+
+arch::Bf16Range range_for(Bf16Kernel k) {
+  if (k == kEmulatedBf16Kernel) return &portable::bf16_range_avx512_emulated;
+  const arch::Bf16Variant* v = find_variant(k);
+  if (v == nullptr)
+    fail(ErrorKind::kInternal, "no {} bf16 kernel in this {} build", bf16_kernel_name(k),
+         arch_name());
+  return v->range;
+}
+
 }  // namespace
 
+Int8Kernel family_int8_kernel(int index) {
+  return index < 0 ? kPortableInt8Kernel : Int8Kernel::of_id(kFamilyFirstId + index);
+}
+
+Bf16Kernel family_bf16_kernel(int index) {
+  return index < 0 ? kNoBf16Kernel : Bf16Kernel::of_id(kFamilyFirstId + index);
+}
+
 const arch::Int8Variant* find_variant(Int8Kernel k) {
-  for (const arch::Int8Variant& v : arch::int8_variants())
-    if (v.kernel == k) return &v;
-  return nullptr;
+  return variant_at(arch::int8_variants(), k.id());
 }
 
 const arch::Bf16Variant* find_variant(Bf16Kernel k) {
-  for (const arch::Bf16Variant& v : arch::bf16_variants())
-    if (v.kernel == k) return &v;
-  return nullptr;
+  return variant_at(arch::bf16_variants(), k.id());
+}
+
+// ---- int8 ----
+std::vector<Int8Kernel> int8_kernels() {
+  return all_kernels<Int8Kernel>(arch::int8_variants());
+}
+
+const char* int8_kernel_name(Int8Kernel k) {
+  if (k == kPortableInt8Kernel) return "portable";
+  if (k == kEmulatedInt8Kernel) return "avx512vnni-emulated";
+  const arch::Int8Variant* v = find_variant(k);
+  return v != nullptr ? v->name : "?";
+}
+
+std::optional<Int8Kernel> find_int8_kernel(std::string_view name) {
+  for (Int8Kernel k : int8_kernels())
+    if (name == int8_kernel_name(k)) return k;
+  return std::nullopt;
+}
+
+bool int8_kernel_supported(Int8Kernel k) {
+  if (k == kPortableInt8Kernel || k == kEmulatedInt8Kernel) return true;
+  return runs(find_variant(k));
 }
 
 Isa int8_kernel_level(Int8Kernel k) {
@@ -57,31 +103,8 @@ Isa int8_kernel_level(Int8Kernel k) {
   return v != nullptr ? v->level : Isa::kPortable;
 }
 
-// ---- int8 ----
-const char* int8_kernel_name(Int8Kernel k) {
-  switch (k) {
-    case Int8Kernel::kAvx2:
-      return "avx2";
-    case Int8Kernel::kAvx512Bw:
-      return "avx512bw";
-    case Int8Kernel::kAvx512Vnni:
-      return "avx512vnni";
-    case Int8Kernel::kAvx512Emulated:
-      return "avx512vnni-emulated";
-    case Int8Kernel::kNeon:
-      return "neon";
-    default:
-      return "portable";
-  }
-}
-
-bool int8_kernel_supported(Int8Kernel k) {
-  if (k == Int8Kernel::kPortable || k == Int8Kernel::kAvx512Emulated) return true;
-  return runs(find_variant(k));
-}
-
 Int8Kernel int8_kernel_for(Isa isa) {
-  return arch::int8_kernel(isa);
+  return family_int8_kernel(arch::int8_choice(isa));
 }
 
 Int8Kernel best_int8_kernel() {
@@ -89,19 +112,25 @@ Int8Kernel best_int8_kernel() {
 }
 
 // ---- bf16 ----
+std::vector<Bf16Kernel> bf16_kernels() {
+  return all_kernels<Bf16Kernel>(arch::bf16_variants());
+}
+
 const char* bf16_kernel_name(Bf16Kernel k) {
-  switch (k) {
-    case Bf16Kernel::kAvx512Bf16:
-      return "avx512bf16";
-    case Bf16Kernel::kAvx512Emulated:
-      return "avx512bf16-emulated";
-    default:
-      return "none";
-  }
+  if (k == kNoBf16Kernel) return "none";
+  if (k == kEmulatedBf16Kernel) return "avx512bf16-emulated";
+  const arch::Bf16Variant* v = find_variant(k);
+  return v != nullptr ? v->name : "?";
+}
+
+std::optional<Bf16Kernel> find_bf16_kernel(std::string_view name) {
+  for (Bf16Kernel k : bf16_kernels())
+    if (name == bf16_kernel_name(k)) return k;
+  return std::nullopt;
 }
 
 bool bf16_kernel_supported(Bf16Kernel k) {
-  if (k == Bf16Kernel::kNone || k == Bf16Kernel::kAvx512Emulated) return true;
+  if (k == kNoBf16Kernel || k == kEmulatedBf16Kernel) return true;
   return runs(find_variant(k));
 }
 
@@ -133,7 +162,7 @@ Bf16PairMatrix pack_bf16_pairs(const Bf16Matrix& m, size_t threads) {
 
 void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
                      const Bf16PairMatrix& w, float* y, int64_t ldy, size_t threads) {
-  if (k == Bf16Kernel::kNone || !bf16_kernel_supported(k))
+  if (k == kNoBf16Kernel || !bf16_kernel_supported(k))
     fail(ErrorKind::kUnsupported, "this CPU cannot run the {} bf16 kernel", bf16_kernel_name(k));
   if (rows <= 0 || w.rows <= 0) return;
   const arch::Bf16Range range = range_for(k);
