@@ -250,34 +250,9 @@ void Connection::read_body() {
 }
 
 void Connection::handle() {
-  const Request& req = parser_->get();
-  // check_header() refused every target without a path.
-  const std::string_view path =
-      *target_path(std::string_view(req.target().data(), req.target().size()));
-  if (req.method() == http::verb::options && origin_ &&
-      req.find(http::field::access_control_request_method) != req.end())
-    return send(preflight(req));
-  // Upstream: every path under /v1 (known or not) needs the key when one is set.
-  if (!opt().api_key.empty() && path.substr(0, 3) == "/v1" && !authorized(*srv_, req)) {
-    Reply r = detail(401, "missing or invalid API key; send Authorization: Bearer <KEV_API_KEY>");
-    r.headers.emplace_back("www-authenticate", "Bearer");
-    return send(std::move(r));
-  }
-  const Route* route = find_route(path);
-  if (!route) return send(detail(404, fmt::format("no such path: {}", printable(path))));
-  // HEAD is GET without the body (RFC 9110 9.3.2; Starlette adds it to every GET route).
-  const bool get = route->method == http::verb::get;
-  if (req.method() != route->method && !(get && head_)) {
-    const char* allowed = get ? "GET" : "POST";
-    Reply r =
-        detail(405, fmt::format("{} does not accept {}; use {}", route->path, method_, allowed));
-    r.allow = get ? "GET, HEAD" : "POST";
-    return send(std::move(r));
-  }
-  if (route->needs_model && !srv_->scoring.scorer.load())
-    return send(detail(503, "the model is still loading; retry later"));
-  if (route->answer) return send(route->answer(*srv_));
-  submit(route->endpoint);
+  std::variant<Reply, Endpoint> routed = route_request(*srv_, parser_->get());
+  if (auto* reply = std::get_if<Reply>(&routed)) return send(std::move(*reply));
+  submit(std::get<Endpoint>(routed));
 }
 
 // POST /v1/systemone[/permute|/separate]: into the FIFO queue; the worker posts the reply
@@ -296,16 +271,13 @@ void Connection::submit(Endpoint endpoint) {
   task->backlogged = backlogged();
   task->body_bytes = body->size();
   task->queued_at = Clock::now();
-  task->reply = [self, &io](Reply r) -> std::function<void()> {
-    auto reply = std::make_shared<Reply>(std::move(r));
-    return [self, reply, &io] {
-      asio::post(io, [self, reply] {
-        self->stop_watching();
-        self->queue_ms_ = reply->queue_ms;
-        if (reply->cancelled) return self->cancelled();
-        self->send(std::move(*reply));
-      });
-    };
+  task->on_reply = [self, &io](Reply r) {
+    asio::post(io, [self, reply = std::make_shared<Reply>(std::move(r))] {
+      self->stop_watching();
+      self->queue_ms_ = reply->queue_ms;
+      if (reply->cancelled) return self->cancelled();
+      self->send(std::move(*reply));
+    });
   };
   const Clock::time_point queued_at = task->queued_at;
   using Refusal = Admission<ScoreTask>::Refusal;

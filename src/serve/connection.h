@@ -1,10 +1,10 @@
 // Connection: one client's TCP connection, a state machine on the I/O thread: kIdle (keep-alive
 // wait) -> kReading (header, framing checks, body) -> kBusy (queued or scoring) -> kWriting ->
 // kIdle again, or kClosed. It reads a request (Beast parses; http_framing.h checks what Beast
-// lets through), routes it (routes.h), queues a scored route into Admission, watches its own
-// socket for a reset while that request is queued or scoring (ScoreTask::client_reset), writes
-// the reply the worker posts back, then waits for the next request (keep-alive, pipelining
-// answered in order) or closes.
+// lets through), asks route_request (routes.h) what to do with it, queues a scored route into
+// Admission, watches its own socket for a reset while that request is queued or scoring
+// (ScoreTask::client_reset), writes the reply Admission's delivery posts back, then waits for the
+// next request (keep-alive, pipelining answered in order) or closes.
 //
 // Bounds: one deadline per request (first byte to last body byte, ServeOptions
 // request_timeout_s) and per reply write; idle_timeout_s between requests; header bytes, field

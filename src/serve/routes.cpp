@@ -178,6 +178,38 @@ constexpr Route kRoutes[] = {
 
 }  // namespace
 
+std::variant<Reply, Endpoint> route_request(const Impl& srv, const Request& req) {
+  // The connection's checks (http_framing.h) refused every target without a path.
+  const auto target = target_path(std::string_view(req.target().data(), req.target().size()));
+  if (!target) return detail(400, "the request target has no path", true);
+  const std::string_view path = *target;
+  if (req.method() == http::verb::options && req.find(http::field::origin) != req.end() &&
+      req.find(http::field::access_control_request_method) != req.end())
+    return preflight(req);
+  // Upstream: every path under /v1 (known or not) needs the key when one is set.
+  if (!srv.options.api_key.empty() && path.substr(0, 3) == "/v1" && !authorized(srv, req)) {
+    Reply r = detail(401, "missing or invalid API key; send Authorization: Bearer <KEV_API_KEY>");
+    r.headers.emplace_back("www-authenticate", "Bearer");
+    return r;
+  }
+  const Route* route = find_route(path);
+  if (!route) return detail(404, fmt::format("no such path: {}", printable(path)));
+  // HEAD is GET without the body (RFC 9110 9.3.2; Starlette adds it to every GET route).
+  const bool get = route->method == http::verb::get;
+  if (req.method() != route->method && !(get && req.method() == http::verb::head)) {
+    const auto m = req.method_string();
+    Reply r = detail(405, fmt::format("{} does not accept {}; use {}", route->path,
+                                      printable(std::string_view(m.data(), m.size()), 32),
+                                      get ? "GET" : "POST"));
+    r.allow = get ? "GET, HEAD" : "POST";
+    return r;
+  }
+  if (route->needs_model && !srv.scoring.scorer.load())
+    return detail(503, "the model is still loading; retry later");
+  if (route->answer) return route->answer(srv);
+  return route->endpoint;
+}
+
 const Route* find_route(std::string_view path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;

@@ -6,10 +6,12 @@
 // document; cheap, never blocking) or is scored (`answer` null: its body goes through
 // Admission to the ScoringService as `endpoint`). Handlers read the server's state
 // (server_state.h) and must run on the I/O thread (/metrics reads the connection count).
+// route_request() is the whole decision; the connection only reads, queues and writes.
 #pragma once
 #include <boost/beast/http.hpp>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "serve/reply.h"
@@ -26,6 +28,13 @@ struct Route {
   Reply (*answer)(const HttpServer::Impl& server);  // null: scored through admission
   Endpoint endpoint;                                // what a scored route asks for
 };
+
+// What the server does with one request whose header and body are read and checked
+// (http_framing.h): the reply to send now, or the endpoint to score through admission. The
+// checks before routing, in order: CORS preflight, the API key (every path under /v1), the
+// path, the method (HEAD as GET), the model loaded. A function of the request and the server's
+// state that touches no connection; on the I/O thread (GET /metrics reads the connection set).
+std::variant<Reply, Endpoint> route_request(const HttpServer::Impl& server, const Request& req);
 
 // The route whose path is exactly `path`, else null.
 const Route* find_route(std::string_view path);

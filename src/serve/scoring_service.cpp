@@ -78,21 +78,14 @@ std::chrono::steady_clock::time_point ScoringService::deadline(const ScoreTask& 
   return task.queued_at + seconds(options.queue_timeout_s);
 }
 
-std::vector<std::function<void()>> ScoringService::run(
-    const std::vector<std::shared_ptr<ScoreTask>>& tasks) const {
-  // Made before scoring, so that the out-of-memory fallback allocates nothing new per task.
+std::vector<Reply> ScoringService::run(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const {
+  // Made before scoring, so that the out-of-memory fallback needs no new allocation but copies.
   const Reply out_of_memory = detail(503, "out of memory while scoring; retry later");
-  std::vector<Reply> replies;
   try {
-    replies = score_batch(tasks);
+    return score_batch(tasks);
   } catch (...) {  // only the batch's own bookkeeping can throw here (out of memory)
-    replies.assign(tasks.size(), out_of_memory);
+    return std::vector<Reply>(tasks.size(), out_of_memory);
   }
-  std::vector<std::function<void()>> senders;
-  senders.reserve(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i)
-    senders.push_back(tasks[i]->reply(std::move(replies[i])));
-  return senders;
 }
 
 // Counts one model pass of `requests` requests scored together (/health, /v1/models, and

@@ -47,19 +47,19 @@ struct ScoreTask : AdmissionTask {
   // Set by the client's connection, on the I/O thread, when the client resets it (RST) while the
   // task is queued or scoring; workers read this flag and never touch the client's socket.
   std::atomic<bool> client_reset{false};
-  // On a worker thread, with the task's reply (or cancelled); returns what sends it, to be run
-  // once the request no longer counts as in flight.
-  std::function<std::function<void()>(Reply)> reply;
+  // Sends the task's reply (or, when cancelled, closes), on a worker thread once the request
+  // no longer counts as in flight: Admission's delivery (kev/serve/admission.h).
+  using Result = Reply;
+  std::function<void(Reply)> on_reply;
+  void deliver(Reply r) { on_reply(std::move(r)); }
 };
 
 struct ScoringService {
   ScoringService(const ServeOptions& o, ServeMetrics& m) : options(o), metrics(m) {}
 
   // On a worker thread (Admission's runner): one reply per task of a batch, in order (out of
-  // memory while bookkeeping the batch answers every task 503); returns, per task, what sends
-  // its reply (ScoreTask::reply), for Admission to run once the batch is no longer in flight.
-  std::vector<std::function<void()>> run(
-      const std::vector<std::shared_ptr<ScoreTask>>& tasks) const;
+  // memory while bookkeeping the batch answers every task 503). Admission delivers them.
+  std::vector<Reply> run(const std::vector<std::shared_ptr<ScoreTask>>& tasks) const;
 
   // Counts one model pass of `requests` requests scored together (/health, /v1/models, and
   // ServeOptions::on_batch for /metrics).

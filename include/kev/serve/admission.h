@@ -16,6 +16,9 @@
 //   max_batch fresh tasks from the front of their queue (what is queued then; it never waits for
 //   more), or else one backlogged task, and hands them to the runner in FIFO order as one batch.
 //   A task marked `alone` is taken in a batch of its own (and ends the batch in front of it).
+//   The runner returns one result per task; once the batch no longer counts in flight, the
+//   worker delivers each to its task (Task::deliver), in order, so that a client that sends its
+//   next request on seeing a reply never finds its last one still counted.
 // - submit(): false when busy workers + queued tasks reach max_inflight + max_queue and no
 //   backlogged task can give way to it (the caller answers 503 at once); else the task waits at
 //   most `wait`. A task still queued past its deadline is expired: its `refuse` runs with
@@ -23,9 +26,10 @@
 //   runner; a displaced task's `refuse` runs with kDisplaced on the submitting thread, after
 //   submit() has released the lock.
 // - stop(): the workers run every task still queued (drain), then every thread is joined.
-// Types: Admission<Task> queues one kind of task (Task derives from AdmissionTask) and hands the
-// runner that same type, so nothing downstream casts; the queue itself (AdmissionQueue, one
-// compiled implementation) sees only AdmissionTask.
+// Types: Admission<Task> queues one kind of task (Task derives from AdmissionTask, names its
+// Result and takes it with deliver()) and hands the runner that same type, so nothing
+// downstream casts; the queue itself (AdmissionQueue, one compiled implementation) sees only
+// AdmissionTask.
 // Ownership: the queue owns each task until a worker or the sweeper takes it. Thread-safe:
 // submit() and counts() from any thread; runner and refuse never run under Admission's lock; an
 // exception they throw on Admission's threads is logged through start()'s `log` (the server's
@@ -39,6 +43,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -61,7 +66,7 @@ class AdmissionQueue {
   enum class Refusal { kExpired, kDisplaced };
   using Refuse = std::function<void(Refusal)>;
   // On a worker thread: handles the tasks of one batch (FIFO order) and returns, per task, what
-  // sends its reply (run once the batch is no longer counted in flight).
+  // delivers its result (run once the batch is no longer counted in flight).
   using Runner = std::function<std::vector<std::function<void()>>(
       const std::vector<std::shared_ptr<AdmissionTask>>&)>;
 
@@ -112,17 +117,27 @@ class AdmissionQueue {
   std::vector<std::thread> threads_;
 };
 
-// The queue for one type of task: the runner receives the tasks as submitted.
+// A task Admission<Task> can queue: an AdmissionTask that names its Result and takes it.
 template <class Task>
-requires std::derived_from<Task, AdmissionTask>
+concept AdmittedTask = std::derived_from<Task, AdmissionTask> &&
+    std::move_constructible<typename Task::Result> &&
+    requires(Task& task, typename Task::Result result) {
+  task.deliver(std::move(result));
+};
+
+// The queue for one type of task: the runner receives the tasks as submitted and returns their
+// results, which Admission delivers after its bookkeeping.
+template <AdmittedTask Task>
 class Admission {
  public:
   using Clock = AdmissionQueue::Clock;
   using Refusal = AdmissionQueue::Refusal;
   using Refuse = AdmissionQueue::Refuse;
   using Log = AdmissionQueue::Log;
-  using Runner =
-      std::function<std::vector<std::function<void()>>(const std::vector<std::shared_ptr<Task>>&)>;
+  using Result = typename Task::Result;
+  // One result per task, in the order given (another count is an internal error: logged, and
+  // no task of the batch gets a result).
+  using Runner = std::function<std::vector<Result>(const std::vector<std::shared_ptr<Task>>&)>;
 
   Admission(size_t max_inflight, size_t max_queue, size_t max_batch, Clock::duration wait)
       : queue_(max_inflight, max_queue, max_batch, wait) {}
@@ -134,7 +149,18 @@ class Admission {
           tasks.reserve(queued.size());
           // Every task in the queue came through submit() below, so each is a Task.
           for (const auto& t : queued) tasks.push_back(std::static_pointer_cast<Task>(t));
-          return run(tasks);
+          std::vector<Result> results = run(tasks);
+          if (results.size() != tasks.size())
+            throw std::logic_error("the runner returned " + std::to_string(results.size()) +
+                                   " results for " + std::to_string(tasks.size()) + " tasks");
+          std::vector<std::function<void()>> deliveries;
+          deliveries.reserve(tasks.size());
+          for (size_t i = 0; i < tasks.size(); ++i)
+            deliveries.push_back(
+                [task = tasks[i], result = std::make_shared<Result>(std::move(results[i]))] {
+                  task->deliver(std::move(*result));
+                });
+          return deliveries;
         },
         std::move(log));
   }

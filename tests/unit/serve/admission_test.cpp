@@ -1,6 +1,7 @@
 // Admission (kev/serve/admission.h) driven directly with a fake runner: FIFO order, batch
 // formation, tasks taken alone, the queue bound, deadline expiry while a worker is busy,
-// exceptions in the runner (logged through the log given to start()), and drain on stop().
+// exceptions in the runner (logged through the log given to start()), delivery of each result
+// to its task after the bookkeeping, and drain on stop().
 #include "kev/serve/admission.h"
 
 #include <gtest/gtest.h>
@@ -20,12 +21,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
+class FakeRunner;
+
+// A task whose result is an int; the runner tells it where to deliver (FakeRunner::delivered).
 struct FakeTask : AdmissionTask {
   explicit FakeTask(int i, bool a = false, bool b = false) : id(i) {
     alone = a;
     backlogged = b;
   }
+  using Result = int;
+  void deliver(int result);
   int id;
+  FakeRunner* runner = nullptr;
 };
 
 using TestAdmission = Admission<FakeTask>;
@@ -47,15 +54,32 @@ class FakeRunner {
         throw_next_ = false;
         throw std::runtime_error("fake runner failure");
       }
-      std::vector<std::function<void()>> then;
-      for (int id : ids)
-        then.push_back([this, id] {
-          std::lock_guard l(mutex_);
-          sent_.push_back(id);
-          cv_.notify_all();
-        });
-      return then;
+      if (short_next_) {
+        short_next_ = false;
+        return std::vector<int>{};
+      }
+      std::vector<int> results;
+      for (const auto& t : tasks) {
+        t->runner = this;
+        results.push_back(t->id + kResultOffset);
+      }
+      return results;
     };
+  }
+  // On a worker, from Admission: `task` got `result`. Recorded as the task's id when the result
+  // is the one the runner made for that task (else -1), with what was in flight then.
+  void delivered(const FakeTask& task, int result) {
+    const size_t inflight = admission_ ? admission_->counts().first : 0;
+    std::lock_guard lock(mutex_);
+    sent_.push_back(result == task.id + kResultOffset ? task.id : -1);
+    inflight_at_delivery_.push_back(inflight);
+    cv_.notify_all();
+  }
+  // Record Admission's in-flight count at each delivery.
+  void watch(const TestAdmission& a) { admission_ = &a; }
+  std::vector<size_t> inflight_at_delivery() {
+    std::lock_guard lock(mutex_);
+    return inflight_at_delivery_;
   }
   // Admission's log: the lines it was given.
   TestAdmission::Log log() {
@@ -89,6 +113,11 @@ class FakeRunner {
     std::lock_guard lock(mutex_);
     throw_next_ = true;
   }
+  // The next batch returns no result at all (a runner that breaks its contract).
+  void short_next() {
+    std::lock_guard lock(mutex_);
+    short_next_ = true;
+  }
   // Waits until `n` batches have entered the runner.
   bool wait_entered(size_t n) {
     std::unique_lock lock(mutex_);
@@ -110,13 +139,20 @@ class FakeRunner {
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
-  bool throw_next_ = false;
+  static constexpr int kResultOffset = 1000;
+  bool throw_next_ = false, short_next_ = false;
+  const TestAdmission* admission_ = nullptr;
+  std::vector<size_t> inflight_at_delivery_;
   size_t entered_ = 0;
   size_t allowed_ = std::numeric_limits<size_t>::max();  // batches that may finish
   std::vector<std::vector<int>> batches_;
   std::vector<int> sent_;
   std::vector<std::string> logged_;
 };
+
+void FakeTask::deliver(int result) {
+  runner->delivered(*this, result);
+}
 
 // Counts expirations (and, apart, displacements), thread-safely.
 struct Expired {
@@ -273,6 +309,43 @@ TEST(Admission, ARunnerThatThrowsCostsItsBatchNotTheWorker) {
   EXPECT_EQ(fake.logged(),
             std::vector<std::string>{
                 "kev serve: internal error while scoring a batch: fake runner failure"});
+}
+
+// Each task gets the result made for it, in batch order, once its batch no longer counts in
+// flight (a client that sends its next request on seeing its reply finds the slot free).
+TEST(Admission, DeliversEachResultToItsTaskOnceTheBatchLeftFlight) {
+  FakeRunner fake;
+  Expired expired;
+  TestAdmission a(1, 16, 4, 10s);
+  fake.watch(a);
+  a.start(fake.runner(), fake.log());
+  fake.hold();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(i), expired.of(i)));
+  fake.release();
+  ASSERT_TRUE(fake.wait_sent(4));
+  a.stop();
+  EXPECT_EQ(fake.batches(), (std::vector<std::vector<int>>{{0}, {1, 2, 3}}));
+  EXPECT_EQ(fake.sent(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(fake.inflight_at_delivery(), (std::vector<size_t>{0, 0, 0, 0}));
+}
+
+TEST(Admission, ARunnerReturningTheWrongCountIsLoggedAndDeliversNothing) {
+  FakeRunner fake;
+  Expired expired;
+  TestAdmission a(1, 16, 1, 10s);
+  a.start(fake.runner(), fake.log());
+  fake.short_next();
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(0), expired.of(0)));
+  ASSERT_TRUE(fake.wait_entered(1));
+  ASSERT_TRUE(a.submit(std::make_shared<FakeTask>(1), expired.of(1)));
+  ASSERT_TRUE(fake.wait_sent(1));
+  a.stop();
+  EXPECT_EQ(fake.sent(), std::vector<int>{1});
+  EXPECT_EQ(fake.logged(), std::vector<std::string>{"kev serve: internal error while scoring a "
+                                                    "batch: the runner returned 0 results for 1 "
+                                                    "tasks"});
 }
 
 TEST(Admission, StopDrainsEveryQueuedTaskThenJoins) {
