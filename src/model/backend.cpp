@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kev/core/error.h"
+#include "model/cpu_state.h"
 #include "model/layers.h"
 #include "model/projections.h"
 
@@ -30,6 +31,11 @@ class CpuBackend final : public Backend {
            PrefixState* state_out) const override {
     run_layers(w_, o, kernels_, int8_.get(), bf16_.get(), segs, out, state_out);
   }
+
+  std::shared_ptr<const BackendState> empty_state() const override {
+    return empty_cpu_state(w_.config());
+  }
+  void check_state(const PrefixState& s) const override { check_cpu_state(w_.config(), s); }
 
  private:
   const ModelWeights& w_;
@@ -53,6 +59,38 @@ Registry& registry() {
 }
 
 }  // namespace
+
+std::vector<StateBuffer> CpuState::buffers() const {
+  std::vector<StateBuffer> out;
+  for (const LayerState& l : layers) {
+    for (const auto& b : l.kv)
+      out.push_back({b.get(), sizeof(KvBlock) + 2 * sizeof(void*) +
+                                  (b->k.capacity() + b->v.capacity()) * sizeof(float)});
+    if (!l.conv.empty()) out.push_back({l.conv.data(), l.conv.capacity() * sizeof(float)});
+    if (!l.s.empty()) out.push_back({l.s.data(), l.s.capacity() * sizeof(float)});
+  }
+  return out;
+}
+
+size_t CpuState::bookkeeping_bytes() const {
+  size_t bytes = sizeof(CpuState) + layers.capacity() * sizeof(LayerState);
+  for (const LayerState& l : layers) bytes += l.kv.capacity() * sizeof(l.kv[0]);
+  return bytes;
+}
+
+std::shared_ptr<const CpuState> empty_cpu_state(const ModelConfig& c) {
+  return std::make_shared<const CpuState>(static_cast<size_t>(c.layers));
+}
+
+void check_cpu_state(const ModelConfig& c, const PrefixState& s) {
+  const auto* state = dynamic_cast<const CpuState*>(s.data.get());
+  if (state == nullptr)
+    fail(ErrorKind::kInternal, "the prefix state is not the CPU backend's ({})",
+         s.data ? "another backend made it" : "it holds nothing");
+  if (static_cast<int64_t>(state->layers.size()) != c.layers)
+    fail(ErrorKind::kInternal, "prefix state has {} layers, model has {}", state->layers.size(),
+         c.layers);
+}
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelWeights& w, const ModelKernels& kernels) {
   return std::make_unique<CpuBackend>(w, kernels);

@@ -7,8 +7,9 @@
 // register_backend call before its first Model. The tests register a second backend (the CPU
 // layers over the portable kernel table) to prove that the seam carries a whole forward.
 //
-// Limits of this step: a prefix state is host memory (model.h, PrefixState) whatever the
-// backend, so a device backend copies a state's keys/values in and out per pass.
+// A backend also owns the prefix states it makes (model.h: PrefixState holds a BackendState):
+// the CPU's are host memory (cpu_state.h); a device's may live on the device, the Model and the
+// prefix cache only count their buffers.
 //
 // Contract of run(): run_layers' (layers.h): the final-normed hidden states of the read rows,
 // segment after segment; with state_out (one segment only) the extended state. A backend keeps
@@ -52,6 +53,11 @@ class Backend {
   virtual void prepare(const ForwardOptions& options) = 0;
   virtual void run(const ForwardOptions& options, std::vector<Segment>& segs,
                    std::vector<float>& out, PrefixState* state_out) const = 0;
+  // The state before any token.
+  virtual std::shared_ptr<const BackendState> empty_state() const = 0;
+  // Error(kInternal) unless run() can continue `s` (a state of this backend's kind, for these
+  // weights).
+  virtual void check_state(const PrefixState& s) const = 0;
 };
 
 // Makes a backend for a model's weights (which outlive it).

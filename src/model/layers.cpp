@@ -28,6 +28,7 @@
 #include "kev/core/fixed_math.h"
 #include "kev/core/threads.h"
 #include "kev/cpu/model_kernels.h"
+#include "model/cpu_state.h"
 
 namespace kev {
 namespace {
@@ -123,13 +124,11 @@ class Runner {
     embed(segs);
     rope_tables(segs);
     const bool trim = plan_reads(segs);
-    if (state_out) {
-      state_out->length = segs[0].from->length + segs[0].len;
-      state_out->layers.assign(static_cast<size_t>(c_.layers), {});
-    }
+    std::shared_ptr<CpuState> extended;
+    if (state_out) extended = std::make_shared<CpuState>(static_cast<size_t>(c_.layers));
     for (int64_t l = 0; l < c_.layers; ++l) {
       const LayerWeights& lw = w_.layers()[static_cast<size_t>(l)];
-      LayerState* st = state_out ? &state_out->layers[static_cast<size_t>(l)] : nullptr;
+      LayerState* st = extended ? &extended->layers[static_cast<size_t>(l)] : nullptr;
       const bool last_trimmed = trim && l == c_.layers - 1;
       rmsnorm_rows(k_, ws_.x.data(), ws_.xn.data(), total_, h, lw.input_norm.data(), true, eps(),
                    threads_);
@@ -150,6 +149,8 @@ class Runner {
       mlp(lw);
       add_into_x();
     }
+    if (state_out)
+      *state_out = PrefixState{segs[0].from->length + segs[0].len, std::move(extended)};
     out.resize(static_cast<size_t>(total_ * h));
     rmsnorm_rows(k_, ws_.x.data(), out.data(), total_, h, w_.final_norm().data(), true, eps(),
                  threads_);
@@ -281,7 +282,7 @@ class Runner {
   // ---- full attention ----
   // Layer `layer`'s cache of a segment's own prefix.
   static const LayerState& layer_in(const Segment& s, int64_t layer) {
-    return s.from->layers[static_cast<size_t>(layer)];
+    return cpu_state(*s.from).layers[static_cast<size_t>(layer)];
   }
 
   // trimmed (the last layer, some rows unread): queries and outputs of the read rows only; the

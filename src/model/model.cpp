@@ -77,12 +77,6 @@ void collect_row(const RowRequest& row, const Segment& s, const std::vector<floa
   }
 }
 
-void check_state(const ModelConfig& c, const PrefixState& s) {
-  if (static_cast<int64_t>(s.layers.size()) != c.layers)
-    fail(ErrorKind::kInternal, "prefix state has {} layers, model has {}", s.layers.size(),
-         c.layers);
-}
-
 }  // namespace
 
 Model::Model(std::unique_ptr<ModelWeights> weights, ForwardOptions options)
@@ -110,34 +104,25 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, ForwardOptions 
 }
 
 std::vector<StateBuffer> state_buffers(const PrefixState& s) {
-  std::vector<StateBuffer> out;
-  for (const LayerState& l : s.layers) {
-    for (const auto& b : l.kv)
-      out.push_back({b.get(), sizeof(KvBlock) + 2 * sizeof(void*) +
-                                  (b->k.capacity() + b->v.capacity()) * sizeof(float)});
-    if (!l.conv.empty()) out.push_back({l.conv.data(), l.conv.capacity() * sizeof(float)});
-    if (!l.s.empty()) out.push_back({l.s.data(), l.s.capacity() * sizeof(float)});
-  }
-  return out;
+  return s.data ? s.data->buffers() : std::vector<StateBuffer>{};
 }
 
 size_t bytes_held(const PrefixState& s) {
-  size_t bytes = sizeof(PrefixState) + s.layers.capacity() * sizeof(LayerState);
-  for (const LayerState& l : s.layers) bytes += l.kv.capacity() * sizeof(l.kv[0]);
-  for (const StateBuffer& b : state_buffers(s)) bytes += b.bytes;
+  size_t bytes = sizeof(PrefixState);
+  if (!s.data) return bytes;
+  bytes += s.data->bookkeeping_bytes();
+  for (const StateBuffer& b : s.data->buffers()) bytes += b.bytes;
   return bytes;
 }
 
 PrefixState Model::empty_state() const {
-  PrefixState s;
-  s.layers.resize(static_cast<size_t>(config().layers));
-  return s;
+  return PrefixState{0, backend_->empty_state()};
 }
 
 PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& ids,
                           const std::vector<int64_t>& positions, std::vector<float>* hidden,
                           const std::function<bool()>& stop) const {
-  check_state(config(), from);
+  backend_->check_state(from);
   check_ids(config(), ids, positions, from.length, "prefix");
   // A long prefix runs in steps of options_.prefill_step (a multiple of the GDN chunk), each
   // continuing the state of the one before: the workspace stays bounded, and by the prefix
@@ -181,7 +166,7 @@ std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& pr
   for (size_t r = 0; r < rows.size(); ++r) {
     if (!prefixes[r]) fail(ErrorKind::kInternal, "run_rows: row {} has no prefix", r);
     // Rows mostly share a few prefixes: check each distinct one once.
-    if (r == 0 || prefixes[r] != prefixes[r - 1]) check_state(config(), *prefixes[r]);
+    if (r == 0 || prefixes[r] != prefixes[r - 1]) backend_->check_state(*prefixes[r]);
     std::string what = "row " + std::to_string(r);
     check_ids(config(), rows[r].ids, rows[r].positions, prefixes[r]->length, what);
     for (int64_t i : rows[r].readout)

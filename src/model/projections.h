@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kev/core/aligned.h"
 #include "kev/cpu/matrix.h"
 #include "kev/cpu/model_kernels.h"
 #include "kev/model/model.h"

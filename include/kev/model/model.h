@@ -33,7 +33,8 @@
 //   float64 reference (docs/performance.md,
 //   tests/oracle/test_precision.py), not equality.
 // - PrefixState is an immutable value: run_rows/extend only read it. One run_rows pass may mix
-//   rows of different prefixes; a row only ever reads its own prefix's cache.
+//   rows of different prefixes; a row only ever reads its own prefix's cache. A state is read
+//   only by a model whose backend is of the kind that made it (another is Error(kInternal)).
 // - Ids must be < vocab, positions >= 0 (default: continuing after the state, i.e. state.length,
 //   state.length + 1, ...). Violations throw Error(kBadInput).
 #pragma once
@@ -43,7 +44,6 @@
 #include <string>
 #include <vector>
 
-#include "kev/core/aligned.h"
 #include "kev/formats/bundle_manifest.h"
 #include "kev/model/config.h"
 #include "kev/model/weights.h"
@@ -86,31 +86,32 @@ struct ForwardOptions {
 
 class Backend;  // src/model/backend.h
 
-// Keys and values of consecutive positions, as one extend() step wrote them: k, v [rows,
-// kv_heads * head_dim] (after k_norm and RoPE). Immutable once made.
-struct KvBlock {
-  AlignedVector<float> k, v;  // 64-byte aligned: the attention kernels stream their rows
-};
-// Per-layer cache after a prefix. Attention layers: kv, the keys/values of every position so
-// far in blocks (position order); a state that continues another shares that one's blocks and
-// adds one of its own, so saved points of one conversation hold each position's keys/values
-// once. GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest first, zeros
-// before the start), s [lin_v_heads, lin_k_dim, lin_v_dim] recurrent state (fixed-size).
-struct LayerState {
-  std::vector<std::shared_ptr<const KvBlock>> kv;
-  std::vector<float> conv, s;
-};
-
-struct PrefixState {
-  int64_t length = 0;
-  std::vector<LayerState> layers;
-};
-// The buffers a state holds, each as (address, bytes of its capacity): every KvBlock (which
-// states that share it list with the same address) and each GDN layer's own conv and s. Attention
-// keys/values cost 8 * kv_heads * head_dim bytes per token per attention layer.
+// A buffer of a state: (address, bytes of its capacity). A buffer two states share (the keys and
+// values of their common positions) is listed by both with the same address.
 struct StateBuffer {
   const void* address = nullptr;
   size_t bytes = 0;
+};
+
+// What a backend keeps of a prefix: the attention layers' keys/values and the GDN layers'
+// recurrent states, in the backend's own memory and layout (the CPU's: src/model/cpu_state.h).
+// Only a backend of the kind that made it reads it; the Model and the prefix cache see its
+// buffers. Immutable once made.
+class BackendState {
+ public:
+  virtual ~BackendState() = default;
+  // Every buffer it holds, shared ones included. Attention keys/values cost
+  // 8 * kv_heads * head_dim bytes per token per attention layer in the CPU's layout.
+  virtual std::vector<StateBuffer> buffers() const = 0;
+  // Bytes of its own bookkeeping, beyond its buffers.
+  virtual size_t bookkeeping_bytes() const = 0;
+};
+
+// The state after a prefix: its length and what the backend keeps of it. A value: copies share
+// the backend's state, which nothing changes once made.
+struct PrefixState {
+  int64_t length = 0;
+  std::shared_ptr<const BackendState> data;
 };
 std::vector<StateBuffer> state_buffers(const PrefixState& s);
 // Bytes of all of a state's buffers (shared blocks included), plus its own bookkeeping.

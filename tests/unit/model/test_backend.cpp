@@ -3,7 +3,8 @@
 // reference order every level must match bit for bit), wrapped to count its passes; a Model made
 // with it must give the same bits as the default "cpu" backend at this CPU's best level (the
 // kernel families' contract: the level changes speed, never a bit), for prefills, continued
-// states and rows, in fp32 and int8, and its passes must be the ones that ran.
+// states and rows, in fp32 and int8, and its passes must be the ones that ran. It keeps states
+// of its own kind, which the CPU backend refuses (and it refuses the CPU's).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,21 @@ constexpr char kPortableBackend[] = "test-portable-order";
 
 std::atomic<int> g_portable_passes{0};
 
+// The test backend's own kind of state: the CPU's inside a wrapper that only this backend
+// unwraps, as a device backend's states would be its own (device memory, its layout).
+struct WrappedState final : BackendState {
+  explicit WrappedState(std::shared_ptr<const BackendState> s) : inner(std::move(s)) {}
+  std::vector<StateBuffer> buffers() const override { return inner->buffers(); }
+  size_t bookkeeping_bytes() const override {
+    return sizeof(WrappedState) + inner->bookkeeping_bytes();
+  }
+  std::shared_ptr<const BackendState> inner;
+};
+
+PrefixState unwrap(const PrefixState& s) {
+  return {s.length, static_cast<const WrappedState&>(*s.data).inner};
+}
+
 class CountingBackend final : public Backend {
  public:
   explicit CountingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
@@ -34,7 +50,27 @@ class CountingBackend final : public Backend {
   void run(const ForwardOptions& o, std::vector<Segment>& segs, std::vector<float>& out,
            PrefixState* state_out) const override {
     ++g_portable_passes;
-    inner_->run(o, segs, out, state_out);
+    std::vector<PrefixState> inner_from;
+    inner_from.reserve(segs.size());
+    std::vector<const PrefixState*> from;
+    for (Segment& s : segs) {
+      from.push_back(s.from);
+      inner_from.push_back(unwrap(*s.from));
+      s.from = &inner_from.back();
+    }
+    PrefixState inner_out;
+    inner_->run(o, segs, out, state_out ? &inner_out : nullptr);
+    for (size_t i = 0; i < segs.size(); ++i) segs[i].from = from[i];
+    if (state_out)
+      *state_out = {inner_out.length, std::make_shared<const WrappedState>(inner_out.data)};
+  }
+  std::shared_ptr<const BackendState> empty_state() const override {
+    return std::make_shared<const WrappedState>(inner_->empty_state());
+  }
+  void check_state(const PrefixState& s) const override {
+    if (dynamic_cast<const WrappedState*>(s.data.get()) == nullptr)
+      fail(ErrorKind::kInternal, "not a {} state", kPortableBackend);
+    inner_->check_state(unwrap(s));
   }
 
  private:
@@ -110,6 +146,34 @@ TEST_F(BackendSeam, SecondBackendGivesTheDefaultBackendsBits) {
       EXPECT_TRUE(same_floats(r_cpu[r].hidden, r_other[r].hidden))
           << precision_name(p) << ": row " << r;
   }
+}
+
+// A state is read only by a backend of the kind that made it (model.h): a mix-up is an internal
+// error, never a silent misread.
+TEST_F(BackendSeam, EachBackendReadsOnlyItsOwnKindOfState) {
+  const std::unique_ptr<Model> cpu = load("cpu", Precision::kFp32),
+                               other = load(kPortableBackend, Precision::kFp32);
+  const PrefixState s_cpu = cpu->extend(cpu->empty_state(), ids(20, 8));
+  const PrefixState s_other = other->extend(other->empty_state(), ids(20, 8));
+  RowRequest row;
+  row.ids = ids(4, 9);
+  const auto expect_internal = [](auto&& call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": a state of another backend was read";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal) << what << ": " << e.what();
+    }
+  };
+  expect_internal([&] { cpu->run_rows(s_other, {row}); }, "cpu reading the test backend's");
+  expect_internal([&] { cpu->extend(s_other, row.ids); }, "cpu extending the test backend's");
+  expect_internal([&] { other->run_rows(s_cpu, {row}); }, "the test backend reading cpu's");
+  expect_internal([&] { cpu->run_rows(PrefixState{}, {row}); }, "cpu reading an empty handle");
+  // Same buffers, counted through either kind.
+  const std::vector<StateBuffer> a = state_buffers(s_cpu), b = state_buffers(s_other);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].bytes, b[i].bytes) << "buffer " << i;
+  EXPECT_GT(bytes_held(s_other), bytes_held(s_cpu));  // the wrapper's own bookkeeping
 }
 
 }  // namespace

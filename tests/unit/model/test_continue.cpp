@@ -11,6 +11,7 @@
 
 #include "kev/core/error.h"
 #include "kev/model/model.h"
+#include "model/cpu_state.h"
 #include "synth_model_test.h"
 
 namespace kev {
@@ -32,10 +33,12 @@ class Continue : public model_test::SynthModelTest<kContinueDir, 11> {
     for (const auto& b : l.kv) out.insert(out.end(), ((*b).*part).begin(), ((*b).*part).end());
     return out;
   }
+  // The CPU backend's states (cpu_state.h), compared buffer by buffer.
   static bool same_state(const PrefixState& a, const PrefixState& b) {
-    if (a.length != b.length || a.layers.size() != b.layers.size()) return false;
-    for (size_t l = 0; l < a.layers.size(); ++l) {
-      const LayerState &x = a.layers[l], &y = b.layers[l];
+    const CpuState &sa = cpu_state(a), &sb = cpu_state(b);
+    if (a.length != b.length || sa.layers.size() != sb.layers.size()) return false;
+    for (size_t l = 0; l < sa.layers.size(); ++l) {
+      const LayerState &x = sa.layers[l], &y = sb.layers[l];
       if (!same_floats(all_of(x, &KvBlock::k), all_of(y, &KvBlock::k)) ||
           !same_floats(all_of(x, &KvBlock::v), all_of(y, &KvBlock::v)) ||
           !same_floats(x.conv, y.conv) || !same_floats(x.s, y.s))
@@ -93,12 +96,13 @@ TEST_F(Continue, ContinuedStatesShareTheirPrefixBlocks) {
   Model& m = *model_;
   const PrefixState s10 = m.extend(m.empty_state(), ids(10, 5));
   const PrefixState s20 = m.extend(s10, ids(10, 6));
+  const CpuState &c10 = cpu_state(s10), &c20 = cpu_state(s20);
   size_t attention = 0;
-  for (size_t l = 0; l < s20.layers.size(); ++l) {
-    if (s10.layers[l].kv.empty()) continue;
+  for (size_t l = 0; l < c20.layers.size(); ++l) {
+    if (c10.layers[l].kv.empty()) continue;
     ++attention;
-    ASSERT_EQ(s20.layers[l].kv.size(), 2u);
-    EXPECT_EQ(s20.layers[l].kv[0].get(), s10.layers[l].kv[0].get());  // shared, not copied
+    ASSERT_EQ(c20.layers[l].kv.size(), 2u);
+    EXPECT_EQ(c20.layers[l].kv[0].get(), c10.layers[l].kv[0].get());  // shared, not copied
   }
   EXPECT_GT(attention, 0u);
   // Every buffer of s10 that s20 also lists is a shared block: the GDN buffers are its own.

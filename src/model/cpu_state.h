@@ -1,0 +1,50 @@
+// The CPU backend's prefix state (kev/model/model.h: PrefixState holds it as a BackendState):
+// per layer, the attention keys/values in shared immutable blocks and each GDN layer's conv and
+// recurrent state, in host memory. Made by layers.cpp, read by layers.cpp and the tests; the
+// Model and the prefix cache see only BackendState. Immutable once published.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "kev/core/aligned.h"
+#include "kev/model/config.h"
+#include "kev/model/model.h"
+
+namespace kev {
+
+// Keys and values of consecutive positions, as one extend() step wrote them: k, v [rows,
+// kv_heads * head_dim] (after k_norm and RoPE). Immutable once made.
+struct KvBlock {
+  AlignedVector<float> k, v;  // 64-byte aligned: the attention kernels stream their rows
+};
+
+// One layer's state after a prefix. Attention layers: kv, the keys/values of every position so
+// far in blocks (position order); a state that continues another shares that one's blocks and
+// adds one of its own, so saved points of one conversation hold each position's keys/values
+// once. GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest first, zeros
+// before the start), s [lin_v_heads, lin_k_dim, lin_v_dim] recurrent state (fixed-size).
+struct LayerState {
+  std::vector<std::shared_ptr<const KvBlock>> kv;
+  std::vector<float> conv, s;
+};
+
+class CpuState final : public BackendState {
+ public:
+  explicit CpuState(size_t layers) : layers(layers) {}
+  std::vector<StateBuffer> buffers() const override;
+  size_t bookkeeping_bytes() const override;
+
+  std::vector<LayerState> layers;
+};
+
+// A CPU state for `c` before any token.
+std::shared_ptr<const CpuState> empty_cpu_state(const ModelConfig& c);
+// Error(kInternal) unless `s` is a CpuState of c.layers layers.
+void check_cpu_state(const ModelConfig& c, const PrefixState& s);
+// The CpuState of a state check_cpu_state accepted.
+inline const CpuState& cpu_state(const PrefixState& s) {
+  return static_cast<const CpuState&>(*s.data);
+}
+
+}  // namespace kev
