@@ -1,6 +1,9 @@
 // The achievable FP32 FMA peak of this machine for one GEMM instruction set: every core runs
 // independent FMA chains (enough of them to cover the FMA latency on two FMA pipes) of the
-// widest vector that ISA has, and the best of a few tries is kept. The probe for an ISA is
+// widest vector that ISA has, and the best of a few tries is kept. The same probe with a
+// multiply then an add per step gives the ceiling of the vector kernels' order of operations
+// (vec.h: each product rounded before its add), which on CPUs with two FMA pipes is half the FMA
+// peak. The probe for an ISA is
 // only called when the CPU has it (the caller picks it from isa_supported / the running
 // ISA). The vector chains are the CPU family's (src/cpu/<family>/, arch::fma_chains); a level
 // without one reports 0 (unknown), so the benchmarks build and run on any architecture.
@@ -53,14 +56,20 @@ Peak timed(Probe probe, long iters) {
   return {gflop / s, gflop / c};
 }
 
-// Scalar: the scalar GEMM path's own arithmetic (one std::fma per step) on 12 chains.
-inline double scalar_chains(long iters) {
+// Scalar: the scalar GEMM path's own arithmetic (one std::fma per step) on 12 chains, or a
+// multiply then an add (the scalar vector kernels').
+inline double scalar_chains(long iters, bool fused) {
   volatile float seed = 0.999f;
   float acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = 0.5f + static_cast<float>(i);
   const float a = seed, b = 0.0001f;
-  for (long n = 0; n < iters; ++n)
-    for (int i = 0; i < 12; ++i) acc[i] = std::fma(acc[i], a, b);
+  if (fused) {
+    for (long n = 0; n < iters; ++n)
+      for (int i = 0; i < 12; ++i) acc[i] = std::fma(acc[i], a, b);
+  } else {
+    for (long n = 0; n < iters; ++n)
+      for (int i = 0; i < 12; ++i) acc[i] = acc[i] * a + b;  // -ffp-contract=off: two roundings
+  }
   float sink = 0;
   for (float v : acc) sink += v;
   volatile float keep = sink;
@@ -69,10 +78,13 @@ inline double scalar_chains(long iters) {
 }
 
 // kPortable runs the scalar chains; a vector level runs its family's probe (arch.h).
-inline Peak peak_one_core(Isa isa, arch::FmaChains probe) {
+inline Peak peak_one_core(Isa isa, arch::FmaChains probe, bool fused) {
   Peak best;
   for (int t = 0; t < 3; ++t) {
-    Peak p = isa == Isa::kPortable ? timed(scalar_chains, 20'000'000) : timed(probe, 20'000'000);
+    const auto run = [&](long iters) {
+      return isa == Isa::kPortable ? scalar_chains(iters, fused) : probe(iters, fused);
+    };
+    Peak p = timed(run, 20'000'000);
     best.wall = std::max(best.wall, p.wall);
     best.cpu = std::max(best.cpu, p.cpu);
   }
@@ -81,16 +93,18 @@ inline Peak peak_one_core(Isa isa, arch::FmaChains probe) {
 
 }  // namespace detail
 
-// GFLOP/s of FP32 FMAs with `isa`'s widest vector on `threads` cores at once (sum over cores).
-// Zero where the CPU lacks the ISA or its family has no probe for it (unknown).
-inline Peak fma_peak_gflops(Isa isa, size_t threads) {
+// GFLOP/s of FP32 FMAs with `isa`'s widest vector on `threads` cores at once (sum over cores);
+// fused = false: of a multiply then an add instead (the ceiling of the vector kernels' order of
+// operations, 2 FLOPs a step either way). Zero where the CPU lacks the ISA or its family has no
+// probe for it (unknown).
+inline Peak fma_peak_gflops(Isa isa, size_t threads, bool fused = true) {
   if (!isa_supported(isa)) return {};
   const arch::FmaChains probe = arch::fma_chains(isa);
   if (isa != Isa::kPortable && probe == nullptr) return {};
   std::vector<Peak> r(threads);
   std::vector<std::thread> ts;
   for (size_t t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] { r[t] = detail::peak_one_core(isa, probe); });
+    ts.emplace_back([&, t] { r[t] = detail::peak_one_core(isa, probe, fused); });
   for (auto& t : ts) t.join();
   Peak sum;
   for (const Peak& p : r) sum.wall += p.wall, sum.cpu += p.cpu;

@@ -184,10 +184,10 @@ def kev_run(kev, bundle, inputs, n_tokens, work, threads, precision):
     return (n_tokens - 1) / (times[n_tokens] - times[1]), rss
 
 
-def llama_run(bins, gguf, n_tokens, threads, flash_attn, omp_wait_policy):
+def llama_run(bins, gguf, n_tokens, threads, flash_attn, omp_wait_policy, warmup=True):
     env = None if omp_wait_policy == "default" else ["env", f"OMP_WAIT_POLICY={omp_wait_policy}"]
     _, rss, out = timed((env or []) + [bins["llama-bench"], "-m", gguf, "-p", n_tokens, "-n", 0, "-fa", flash_attn,
-                                       "-t", threads, "-r", 1, "-o", "json"])
+                                       "-t", threads, "-r", 1, "-o", "json"] + ([] if warmup else ["--no-warmup"]))
     rows = [r for r in json.loads(out) if r.get("n_prompt") == n_tokens and r.get("n_gen") == 0]
     return rows[0]["avg_ts"], rss
 
@@ -214,6 +214,10 @@ def main():
                          "barriers) is right on an idle machine; on a shared, oversubscribed one spinning threads "
                          "lose their time slices and llama.cpp slows 3-5x, so use passive there (the output "
                          "records the choice)")
+    ap.add_argument("--llama-warmup", default="on", choices=["on", "off"],
+                    help="off: llama-bench --no-warmup. Its warmup processes the whole prompt once more, "
+                         "doubling its time at long states; kev's runs have no warmup either (its rate "
+                         "subtracts a 1-token run)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     kev = os.path.abspath(a.kev)
@@ -265,7 +269,7 @@ def main():
                         tps, rss = kev_run(kev, bundle, inputs, n_tokens, a.work, a.threads, prec)
                     else:
                         tps, rss = llama_run(bins, gg[prec], n_tokens, a.threads, a.flash_attn,
-                                             a.llama_omp_wait_policy)
+                                             a.llama_omp_wait_policy, a.llama_warmup == "on")
                     s = samples.setdefault((dims, n_tokens, engine, prec), {"tps": [], "rss_kib": 0})
                     s["tps"].append(tps)
                     s["rss_kib"] = max(s["rss_kib"], rss)
@@ -276,7 +280,8 @@ def main():
     result = {"cpu": model_name, "kev_cpu": json.loads(cpu) if cpu.startswith("{") else cpu,
               "threads": a.threads, "rounds": a.rounds, "state_tokens": lengths, "flash_attn": a.flash_attn,
               "llama_cpp": {"npm": f"node-llama-cpp@{a.llama_version}", "commit": commit},
-              "load_average_1min": load, "llama_omp_wait_policy": a.llama_omp_wait_policy, "command": " ".join(sys.argv), "results": []}
+              "load_average_1min": load, "llama_omp_wait_policy": a.llama_omp_wait_policy,
+              "llama_warmup": a.llama_warmup, "command": " ".join(sys.argv), "results": []}
     for (dims, n_tokens, engine, prec), s in samples.items():
         result["results"].append({"dims": dims, "tokens": n_tokens, "engine": engine, "precision": prec,
                                   "median_tok_s": round(statistics.median(s["tps"]), 2),

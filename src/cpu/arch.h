@@ -127,10 +127,12 @@ MergeRows merge(Isa level);
 const head_kernels::KernelSet* head(Isa level);
 
 // ---- benchmarks (bench/fma_peak.h) ----
-// Runs independent FP32 FMA chains of the level's widest vector (enough of them to cover the FMA
-// latency) for `iters` iterations on the calling thread and returns the FLOPs done; the caller
-// times it. nullptr: the family has no probe for this level (the benchmark reports 0, unknown).
-using FmaChains = double (*)(long iters);
+// Runs independent FP32 chains of the level's widest vector (enough of them to cover the
+// latency) for `iters` iterations on the calling thread and returns the FLOPs done (2 a lane a
+// step); the caller times it. fused: one FMA a step; else a multiply, then an add of the rounded
+// product (the order the vector kernels of vec.h keep). nullptr: the family has no probe for this
+// level (the benchmark reports 0, unknown).
+using FmaChains = double (*)(long iters, bool fused);
 FmaChains fma_chains(Isa level);
 
 }  // namespace kev::arch
