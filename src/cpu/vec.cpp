@@ -23,7 +23,7 @@ void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t r
   const arch::VecVariant* v = variant_of(isa);
   if (v != nullptr && v->dot_rows != nullptr && n % 16 == 0)
     return v->dot_rows(a, x, ld, rows, n, out);
-  for (int64_t r = 0; r < rows; ++r) out[r] = dot(a, x + r * ld, n);
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot_fused(a, x + r * ld, n);
 }
 
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {

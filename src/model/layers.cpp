@@ -324,9 +324,9 @@ class Runner {
     // heads of one key/value head (its "pairs", packed contiguously), and walks the keys and
     // values in blocks of kKeyRows, so each block is read from memory once per task and each
     // key or value row read serves several pairs (dot_block, axpy_block). Every score is still
-    // one dot of its own (bit for bit dot()), every pair's softmax runs over its whole score
-    // vector in key order, and every output sums p_j v_j in key order (axpy_rows' order): the
-    // bits do not depend on the blocking.
+    // one dot of its own (bit for bit vec::dot_fused), every pair's softmax runs over its whole
+    // score vector in key order, and every output sums p_j v_j in key order (axpy_rows' fused
+    // order): the bits do not depend on the blocking.
     constexpr int64_t kQueryRows = kAttentionQueryRows, kKeyRows = 128;
     const int64_t group = nh / nkv;
     struct Task {

@@ -2,9 +2,13 @@
 // Every function has a fixed order of operations independent of the instruction set: dot and
 // sum_sq keep 16 lane sums (lane l takes i = l, l+16, ...) with separate multiply and add, then
 // the fixed tree (l, l+8), (l, l+4), (l, l+2), (0, 1); elementwise ones have one rounding per
-// operation. The plain loops are src/cpu/portable/vec.cpp (on x86-64 compiled for AVX-512, AVX2
-// and baseline, target_clones); dot_rows and gdn_steps have family forms (arch.h). Every form
-// gives bitwise-identical results.
+// operation. The attention kernels (dot_fused, dot_rows, dot_block, axpy_rows, axpy_block) keep
+// the same lanes, tree and row order with one fused multiply-add per step (one rounding: every
+// CPU kev targets has the instruction, and std::fma gives its bits where a loop is scalar), which
+// doubles their ceiling on CPUs with two FMA pipes. The plain loops are src/cpu/portable/vec.cpp
+// (on x86-64 compiled for AVX-512, AVX2 and baseline, target_clones); dot_rows, dot_block,
+// axpy_block and gdn_steps have family forms (arch.h). Every form gives bitwise-identical
+// results.
 // Thread safety: every function may be called from any thread on disjoint outputs.
 #pragma once
 #include <cstdint>
@@ -15,15 +19,18 @@
 namespace kev::vec {
 
 float dot(const float* a, const float* b, int64_t n);
+// dot's lanes and tree with acc = fma(a_i, b_i, acc) per step: the attention scores' dot.
+float dot_fused(const float* a, const float* b, int64_t n);
 float sum_sq(const float* a, int64_t n);
-// out[r] = dot(a, x + r * ld, n) for r < rows, bit for bit; dot_rows runs the level the model
+// out[r] = dot_fused(a, x + r * ld, n) for r < rows, bit for bit; dot_rows runs the level the model
 // kernel table picks (model_kernels.h; AVX2 four rows at a time, NEON two, when n % 16 == 0),
 // dot_rows_isa a given one (the CPU must support it: Error kUnsupported otherwise).
 void dot_rows(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n, float* out);
 void dot_rows_isa(Isa isa, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
                   float* out);
 void axpy(float* y, float a, const float* x, int64_t n);  // y += a * x
-// y += a[r] * x_r for rows x_r = x + r * ld, r = 0 .. rows-1 in order (the repeated axpy).
+// y = fma(a[r], x_r, y) for rows x_r = x + r * ld, r = 0 .. rows-1 in order (the repeated axpy,
+// each step fused: the attention outputs' sum).
 void axpy_rows(float* y, const float* a, const float* x, int64_t ld, int64_t rows, int64_t n);
 void scale(float* y, float a, int64_t n);  // y *= a
 // y *= a, then the largest y (-inf for n = 0): a softmax's scaling and shift. The maximum does
@@ -32,7 +39,8 @@ float scale_max(float* y, float a, int64_t n);
 void divide(float* y, float d, int64_t n);  // y = y / d (a division each, not a reciprocal)
 
 // The attention kernels, many rows at once with each result's own order unchanged:
-// dot_block: out[i * ldo + j] = dot(a + i * lda, x + j * ldx, n) for i < na, j < nx, bit for bit;
+// dot_block: out[i * ldo + j] = dot_fused(a + i * lda, x + j * ldx, n) for i < na, j < nx, bit
+// for bit;
 // axpy_block: axpy_rows(y + i * ldy, p + i * ldp, x, ldx, rows, n) for i < ny, bit for bit.
 // The plain forms run the level the model kernel table picks (AVX2: 2 x 4 dots, and 6 outputs x
 // 16 columns, held in registers so each row read serves several results); the _isa forms a given

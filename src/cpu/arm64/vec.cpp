@@ -1,5 +1,5 @@
 // The aarch64 vector kernels (vec.h's order, bit-identical to the portable loops): NEON
-// dot_rows and gdn_steps.
+// dot_rows (one FMLA a step, as dot_fused) and gdn_steps.
 //
 // gdn_steps is bit-identical to len calls of vec::gdn_step (vec.h). Every value column of the
 // state evolves on its own, so the columns run 4 to a float32x4_t lane group, each lane doing its
@@ -19,8 +19,8 @@
 namespace kev::arch {
 namespace {
 
-// Two rows at a time against one vector: per row the 16 lane sums of dot (a product rounded,
-// then added: FMUL then FADD, never FMLA; i ascending) and its tree. n must be a multiple of 16.
+// Two rows at a time against one vector: per row the 16 lane sums of dot_fused (one FMLA a
+// step, i ascending) and its tree. n must be a multiple of 16.
 void dot_rows_neon(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
                    float* out) {
   int64_t r = 0;
@@ -32,8 +32,8 @@ void dot_rows_neon(const float* a, const float* x, int64_t ld, int64_t rows, int
     for (int64_t i = 0; i < n; i += 16)
       for (int q = 0; q < 4; ++q) {
         const float32x4_t av = vld1q_f32(a + i + 4 * q);
-        s0[q] = vaddq_f32(s0[q], vmulq_f32(av, vld1q_f32(x0 + i + 4 * q)));
-        s1[q] = vaddq_f32(s1[q], vmulq_f32(av, vld1q_f32(x1 + i + 4 * q)));
+        s0[q] = vfmaq_f32(s0[q], av, vld1q_f32(x0 + i + 4 * q));
+        s1[q] = vfmaq_f32(s1[q], av, vld1q_f32(x1 + i + 4 * q));
       }
     out[r] = arm64::tree16(s0);
     out[r + 1] = arm64::tree16(s1);
@@ -44,7 +44,7 @@ void dot_rows_neon(const float* a, const float* x, int64_t ld, int64_t rows, int
     for (int q = 0; q < 4; ++q) s0[q] = vdupq_n_f32(0.0f);
     for (int64_t i = 0; i < n; i += 16)
       for (int q = 0; q < 4; ++q)
-        s0[q] = vaddq_f32(s0[q], vmulq_f32(vld1q_f32(a + i + 4 * q), vld1q_f32(xr + i + 4 * q)));
+        s0[q] = vfmaq_f32(s0[q], vld1q_f32(a + i + 4 * q), vld1q_f32(xr + i + 4 * q));
     out[r] = arm64::tree16(s0);
   }
 }

@@ -1,8 +1,9 @@
 // The vector kernels in their reference order (vec.h): plain loops, one rounding per operation
-// (-ffp-contract=off keeps every multiply and add separate), so any vectorization the compiler
-// does gives the same bits (the activations' fixed_expf is branch-free for that reason). A family's
-// CMake fragment may ask for the loops to be compiled once per target with KEV_CLONE_TARGETS
-// (x86-64: AVX-512, AVX2 and the baseline, chosen at load time by the CPU, not by KEV_ISA).
+// (-ffp-contract=off keeps every multiply and add separate; the attention kernels' fused steps
+// are explicit std::fma), so any vectorization the compiler does gives the same bits (the
+// activations' fixed_expf is branch-free for that reason). A family's CMake fragment may ask for
+// the loops to be compiled once per target with KEV_CLONE_TARGETS (x86-64: AVX-512, AVX2 and the
+// baseline, chosen at load time by the CPU, not by KEV_ISA).
 #include "kev/cpu/vec.h"
 
 #include <cmath>
@@ -27,6 +28,15 @@ KEV_CLONES float dot(const float* a, const float* b, int64_t n) {
   return tree16(acc);
 }
 
+KEV_CLONES float dot_fused(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(a[i + l], b[i + l], acc[l]);
+  for (int l = 0; i + l < n; ++l) acc[l] = std::fma(a[i + l], b[i + l], acc[l]);
+  return tree16(acc);
+}
+
 KEV_CLONES float sum_sq(const float* a, int64_t n) {
   float acc[16] = {};
   int64_t i = 0;
@@ -40,9 +50,9 @@ KEV_CLONES void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// y[d] += a[r] * x[r * ld + d] for r = 0, 1, ... in order: the repeated axpy, with a block of
-// 64 outputs held in a fixed-size local across all rows (one load / store of y per block, not
-// per row). Same operations per element in the same order.
+// y[d] = fma(a[r], x[r * ld + d], y[d]) for r = 0, 1, ... in order: the repeated fused axpy,
+// with a block of 64 outputs held in a fixed-size local across all rows (one load / store of y
+// per block, not per row). Same operations per element in the same order.
 template <int64_t B>
 __attribute__((always_inline)) inline void axpy_rows_block(float* y, const float* a, const float* x,
                                                            int64_t ld, int64_t rows, int64_t w) {
@@ -54,7 +64,7 @@ __attribute__((always_inline)) inline void axpy_rows_block(float* y, const float
   for (int64_t r = 0; r < rows; ++r) {
     const float ar = a[r];
     const float* xr = x + r * ld;
-    for (int64_t d = 0; d < n; ++d) yd[d] += ar * xr[d];
+    for (int64_t d = 0; d < n; ++d) yd[d] = std::fma(ar, xr[d], yd[d]);
   }
   if (B > 0)
     for (int64_t d = 0; d < n; ++d) y[d] = acc[d];

@@ -1,6 +1,7 @@
 // The x86-64 vector kernels (vec.h's order, bit-identical to the portable loops): AVX2 forms of
 // dot_rows, dot_block, axpy_block and gdn_steps; AVX-512 forms of dot_rows, dot_block and
-// axpy_block (AVX-512 CPUs run the AVX2 gdn_steps).
+// axpy_block (AVX-512 CPUs run the AVX2 gdn_steps). The attention kernels' steps are FMAs
+// (vfmadd: one rounding, as std::fma in the portable loops); gdn_steps has none.
 #include <algorithm>
 #include <vector>
 
@@ -77,8 +78,8 @@ KEV_AVX2 void gdn_steps_avx2(float* s, int64_t dk, int64_t dv, int64_t len, cons
                    t.v + n * t.qkv_stride, t.beta[n], t.o + n * t.o_stride, scratch.data());
 }
 
-// Four rows at a time against one vector: per row the 16 lane sums of dot (a product rounded,
-// then added, i ascending) and its tree. n must be a multiple of 16.
+// Four rows at a time against one vector: per row the 16 lane sums of dot_fused (one FMA a
+// step, i ascending) and its tree. n must be a multiple of 16.
 KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
                             float* out) {
   int64_t r = 0;
@@ -90,14 +91,14 @@ KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t 
     __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0;
     for (int64_t i = 0; i < n; i += 16) {
       const __m256 al = _mm256_loadu_ps(a + i), ah = _mm256_loadu_ps(a + i + 8);
-      l0 = _mm256_add_ps(l0, _mm256_mul_ps(al, _mm256_loadu_ps(x0 + i)));
-      h0 = _mm256_add_ps(h0, _mm256_mul_ps(ah, _mm256_loadu_ps(x0 + i + 8)));
-      l1 = _mm256_add_ps(l1, _mm256_mul_ps(al, _mm256_loadu_ps(x1 + i)));
-      h1 = _mm256_add_ps(h1, _mm256_mul_ps(ah, _mm256_loadu_ps(x1 + i + 8)));
-      l2 = _mm256_add_ps(l2, _mm256_mul_ps(al, _mm256_loadu_ps(x2 + i)));
-      h2 = _mm256_add_ps(h2, _mm256_mul_ps(ah, _mm256_loadu_ps(x2 + i + 8)));
-      l3 = _mm256_add_ps(l3, _mm256_mul_ps(al, _mm256_loadu_ps(x3 + i)));
-      h3 = _mm256_add_ps(h3, _mm256_mul_ps(ah, _mm256_loadu_ps(x3 + i + 8)));
+      l0 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x0 + i), l0);
+      h0 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x0 + i + 8), h0);
+      l1 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x1 + i), l1);
+      h1 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x1 + i + 8), h1);
+      l2 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x2 + i), l2);
+      h2 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x2 + i + 8), h2);
+      l3 = _mm256_fmadd_ps(al, _mm256_loadu_ps(x3 + i), l3);
+      h3 = _mm256_fmadd_ps(ah, _mm256_loadu_ps(x3 + i + 8), h3);
     }
     out[r] = x86::tree16(l0, h0);
     out[r + 1] = x86::tree16(l1, h1);
@@ -108,17 +109,16 @@ KEV_AVX2 void dot_rows_avx2(const float* a, const float* x, int64_t ld, int64_t 
     const float* xr = x + r * ld;
     __m256 lo = _mm256_setzero_ps(), hi = lo;
     for (int64_t i = 0; i < n; i += 16) {
-      lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(xr + i)));
-      hi =
-          _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(xr + i + 8)));
+      lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(xr + i), lo);
+      hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(xr + i + 8), hi);
     }
     out[r] = x86::tree16(lo, hi);
   }
 }
 
-// One half of the 16 lane sums of dot for two vectors a0, a1 against four rows x0..x3: lanes
-// off .. off + 7 (off 0: dot's lanes 0-7, off 8: lanes 8-15), i ascending, each product rounded
-// before its add. acc[4 * r + c] is (a_r, x_c). n must be a multiple of 16.
+// One half of the 16 lane sums of dot_fused for two vectors a0, a1 against four rows x0..x3:
+// lanes off .. off + 7 (off 0: lanes 0-7, off 8: lanes 8-15), i ascending, one FMA a step.
+// acc[4 * r + c] is (a_r, x_c). n must be a multiple of 16.
 KEV_AVX2 __attribute__((always_inline)) inline void lane_half_2x4(const float* a0, const float* a1,
                                                                   const float* x0, const float* x1,
                                                                   const float* x2, const float* x3,
@@ -129,17 +129,17 @@ KEV_AVX2 __attribute__((always_inline)) inline void lane_half_2x4(const float* a
   for (int64_t i = off; i < n; i += 16) {
     const __m256 u = _mm256_loadu_ps(a0 + i), w = _mm256_loadu_ps(a1 + i);
     __m256 v = _mm256_loadu_ps(x0 + i);
-    c00 = _mm256_add_ps(c00, _mm256_mul_ps(u, v));
-    c10 = _mm256_add_ps(c10, _mm256_mul_ps(w, v));
+    c00 = _mm256_fmadd_ps(u, v, c00);
+    c10 = _mm256_fmadd_ps(w, v, c10);
     v = _mm256_loadu_ps(x1 + i);
-    c01 = _mm256_add_ps(c01, _mm256_mul_ps(u, v));
-    c11 = _mm256_add_ps(c11, _mm256_mul_ps(w, v));
+    c01 = _mm256_fmadd_ps(u, v, c01);
+    c11 = _mm256_fmadd_ps(w, v, c11);
     v = _mm256_loadu_ps(x2 + i);
-    c02 = _mm256_add_ps(c02, _mm256_mul_ps(u, v));
-    c12 = _mm256_add_ps(c12, _mm256_mul_ps(w, v));
+    c02 = _mm256_fmadd_ps(u, v, c02);
+    c12 = _mm256_fmadd_ps(w, v, c12);
     v = _mm256_loadu_ps(x3 + i);
-    c03 = _mm256_add_ps(c03, _mm256_mul_ps(u, v));
-    c13 = _mm256_add_ps(c13, _mm256_mul_ps(w, v));
+    c03 = _mm256_fmadd_ps(u, v, c03);
+    c13 = _mm256_fmadd_ps(w, v, c13);
   }
   acc[0] = c00, acc[1] = c01, acc[2] = c02, acc[3] = c03;
   acc[4] = c10, acc[5] = c11, acc[6] = c12, acc[7] = c13;
@@ -170,8 +170,7 @@ KEV_AVX2 void dot_block_avx2(const float* a, int64_t lda, int64_t na, const floa
 }
 
 // Y outputs x 16 columns in 2Y accumulators: per row r one load of x_r's 16 columns serves the
-// Y outputs (y_i += p_i[r] x_r, r ascending, the product rounded before its add: axpy_rows'
-// order per element).
+// Y outputs (y_i = fma(p_i[r], x_r, y_i), r ascending: axpy_rows' order per element).
 template <int Y>
 KEV_AVX2 __attribute__((always_inline)) inline void axpy_tile(float* y, int64_t ldy, const float* p,
                                                               int64_t ldp, const float* x,
@@ -186,8 +185,8 @@ KEV_AVX2 __attribute__((always_inline)) inline void axpy_tile(float* y, int64_t 
     const __m256 xl = _mm256_loadu_ps(xr), xh = _mm256_loadu_ps(xr + 8);
     for (int i = 0; i < Y; ++i) {
       const __m256 b = _mm256_broadcast_ss(p + i * ldp + r);
-      lo[i] = _mm256_add_ps(lo[i], _mm256_mul_ps(b, xl));
-      hi[i] = _mm256_add_ps(hi[i], _mm256_mul_ps(b, xh));
+      lo[i] = _mm256_fmadd_ps(b, xl, lo[i]);
+      hi[i] = _mm256_fmadd_ps(b, xh, hi[i]);
     }
   }
   for (int i = 0; i < Y; ++i) {
@@ -244,7 +243,7 @@ KEV_AVX512 void dot_rows_avx512(const float* a, const float* x, int64_t ld, int6
     for (int64_t i = 0; i < n; i += 16) {
       const __m512 av = _mm512_loadu_ps(a + i);
       for (int c = 0; c < 8; ++c)
-        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(av, _mm512_loadu_ps(xr + c * ld + i)));
+        acc[c] = _mm512_fmadd_ps(av, _mm512_loadu_ps(xr + c * ld + i), acc[c]);
     }
     for (int c = 0; c < 8; ++c) out[r + c] = x86::tree16(acc[c]);
   }
@@ -252,7 +251,7 @@ KEV_AVX512 void dot_rows_avx512(const float* a, const float* x, int64_t ld, int6
     const float* xr = x + r * ld;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(xr + i)));
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(xr + i), acc);
     out[r] = x86::tree16(acc);
   }
 }
@@ -284,7 +283,16 @@ KEV_AVX512 void dot_block_avx512(const float* a, int64_t lda, int64_t na, const 
   const int64_t na4 = na / 4 * 4, nx4 = nx / 4 * 4;
   for (int64_t j = 0; j < nx4; j += 4) {
     const float* xj = x + j * ldx;
+    // The next group's four rows, a few lines per tile, so that they are in L1 when it starts
+    // (a long state's keys come from memory; prefetches change no result).
+    const int64_t lines = n / 16, ahead = std::min<int64_t>(4, nx4 - j - 4);
+    const int64_t per_tile = na4 > 0 ? (4 * lines + na4 / 4 - 1) / (na4 / 4) : 0;
+    int64_t next = 0;
     for (int64_t i = 0; i < na4; i += 4) {
+      for (int64_t k = 0; k < per_tile && next < ahead * lines; ++k, ++next)
+        _mm_prefetch(
+            reinterpret_cast<const char*>(xj + (4 + next / lines) * ldx + 16 * (next % lines)),
+            _MM_HINT_T0);
       const float* ai = a + i * lda;
       __m512 acc[16];
       for (int c = 0; c < 16; ++c) acc[c] = _mm512_setzero_ps();
@@ -293,8 +301,7 @@ KEV_AVX512 void dot_block_avx512(const float* a, int64_t lda, int64_t na, const 
         for (int r = 0; r < 4; ++r) av[r] = _mm512_loadu_ps(ai + r * lda + e);
         for (int c = 0; c < 4; ++c) {
           const __m512 xv = _mm512_loadu_ps(xj + c * ldx + e);
-          for (int r = 0; r < 4; ++r)
-            acc[r + 4 * c] = _mm512_add_ps(acc[r + 4 * c], _mm512_mul_ps(av[r], xv));
+          for (int r = 0; r < 4; ++r) acc[r + 4 * c] = _mm512_fmadd_ps(av[r], xv, acc[r + 4 * c]);
         }
       }
       const __m512 dots = trees16x16(acc);  // (the lane index must be a literal)
@@ -311,7 +318,7 @@ KEV_AVX512 void dot_block_avx512(const float* a, int64_t lda, int64_t na, const 
 }
 
 // Y outputs x 16 V columns in Y V accumulators: per row r, V loads of x_r serve the Y outputs
-// (y_i += p_i[r] x_r, r ascending, the product rounded before its add: axpy_rows' order).
+// (y_i = fma(p_i[r], x_r, y_i), r ascending: axpy_rows' order).
 template <int Y, int V>
 KEV_AVX512 __attribute__((always_inline)) inline void axpy_tile512(float* y, int64_t ldy,
                                                                    const float* p, int64_t ldp,
@@ -324,7 +331,7 @@ KEV_AVX512 __attribute__((always_inline)) inline void axpy_tile512(float* y, int
     for (int v = 0; v < V; ++v) xv[v] = _mm512_load_ps(x + r * 16 * V + 16 * v);
     for (int i = 0; i < Y; ++i) {
       const __m512 b = _mm512_set1_ps(p[i * ldp + r]);
-      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_mul_ps(b, xv[v]));
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(b, xv[v], acc[i][v]);
     }
   }
   for (int i = 0; i < Y; ++i)

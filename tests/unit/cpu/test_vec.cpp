@@ -2,6 +2,8 @@
 // over the state, the order the header states), bitwise, over several steps and shapes.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -129,9 +131,18 @@ float plain_dot(const float* a, const float* b, int64_t n) {
   return acc[0];
 }
 
-// dot_rows is dot row by row, bitwise, on every level this CPU runs (AVX2 four rows at a time,
-// AVX-512 eight; lengths that are not a multiple of 16 and row counts that are not of 4 or 8
-// included).
+// dot_fused as vec.h states it: dot's lanes and tree, each step one fused multiply-add.
+float plain_dot_fused(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  for (int64_t i = 0; i < n; ++i) acc[i % 16] = std::fma(a[i], b[i], acc[i % 16]);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] = acc[l] + acc[l + w];
+  return acc[0];
+}
+
+// dot_rows is dot_fused row by row, bitwise, on every level this CPU runs (AVX2 four rows at a
+// time, AVX-512 eight; lengths that are not a multiple of 16 and row counts that are not of 4 or
+// 8 included); dot and dot_fused are their plain definitions.
 TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
   std::mt19937 rng(21);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -150,16 +161,19 @@ TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
         std::vector<float> got(static_cast<size_t>(rows)), want(got.size());
         vec::dot_rows_isa(isa, a.data(), x.data(), ld, rows, n, got.data());
         for (int64_t r = 0; r < rows; ++r)
-          want[static_cast<size_t>(r)] = plain_dot(a.data(), x.data() + r * ld, n);
+          want[static_cast<size_t>(r)] = plain_dot_fused(a.data(), x.data() + r * ld, n);
         ASSERT_EQ(got, want) << isa_name(isa) << " rows=" << rows << " n=" << n;
-        for (int64_t r = 0; r < rows; ++r)
-          ASSERT_EQ(vec::dot(a.data(), x.data() + r * ld, n), want[static_cast<size_t>(r)]);
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(vec::dot_fused(a.data(), x.data() + r * ld, n), want[static_cast<size_t>(r)]);
+          ASSERT_EQ(vec::dot(a.data(), x.data() + r * ld, n),
+                    plain_dot(a.data(), x.data() + r * ld, n));
+        }
       }
     }
   }
 }
 
-// dot_block is one dot per (vector, row) pair, bitwise, on every level this CPU runs (AVX2 in
+// dot_block is one dot_fused per (vector, row) pair, bitwise, on every level this CPU runs (AVX2 in
 // tiles of 2 vectors x 4 rows, AVX-512 4 x 4 with the 16 trees together): counts that are not
 // multiples of the tile, lengths that are not of 16, strides wider than the length and empty blocks
 // included.
@@ -186,7 +200,7 @@ TEST(Vec, DotBlockEqualsDotBitwiseOnEveryIsa) {
         for (int64_t i = 0; i < sh.na; ++i)
           for (int64_t j = 0; j < sh.nx; ++j)
             want[static_cast<size_t>(i * sh.ldo + j)] =
-                plain_dot(a.data() + i * sh.lda, x.data() + j * sh.ldx, sh.n);
+                plain_dot_fused(a.data() + i * sh.lda, x.data() + j * sh.ldx, sh.n);
         ASSERT_EQ(got, want) << isa_name(isa) << " na=" << sh.na << " nx=" << sh.nx
                              << " n=" << sh.n;
       }
@@ -194,8 +208,8 @@ TEST(Vec, DotBlockEqualsDotBitwiseOnEveryIsa) {
   }
 }
 
-// axpy_block is the repeated axpy for each output (y_i += p_i[r] x_r, r in order, one multiply
-// and one add per element), written out plainly, bitwise, on every level this CPU runs (AVX2 in
+// axpy_block is the repeated fused axpy for each output (y_i = fma(p_i[r], x_r, y_i), r in
+// order, per element), written out plainly, bitwise, on every level this CPU runs (AVX2 in
 // tiles of 6, 4, 2 and 1 outputs x 16 columns, rows in chunks of 256; AVX-512 8, 4, 2 and 1
 // outputs x 32 columns in chunks of 128 rows, then a last 16 columns).
 TEST(Vec, AxpyBlockMatchesRepeatedUpdateBitwiseOnEveryIsa) {
@@ -220,10 +234,9 @@ TEST(Vec, AxpyBlockMatchesRepeatedUpdateBitwiseOnEveryIsa) {
       for (int64_t i = 0; i < sh.ny; ++i)
         for (int64_t r = 0; r < sh.rows; ++r)
           for (int64_t j = 0; j < sh.n; ++j) {
-            float prod =
-                p[static_cast<size_t>(i * sh.ldp + r)] * x[static_cast<size_t>(r * sh.ldx + j)];
             float& w = want[static_cast<size_t>(i * sh.ldy + j)];
-            w = w + prod;
+            w = std::fma(p[static_cast<size_t>(i * sh.ldp + r)],
+                         x[static_cast<size_t>(r * sh.ldx + j)], w);
           }
       vec::axpy_block_isa(isa, y.data(), sh.ldy, sh.ny, p.data(), sh.ldp, x.data(), sh.ldx, sh.rows,
                           sh.n);
@@ -264,8 +277,8 @@ TEST(Vec, UnsupportedLevelsAreRefused) {
                Error);
 }
 
-// axpy_rows is the repeated axpy: y += a_0 x_0, then y += a_1 x_1, ... (one multiply and one
-// add per element per row, in row order), written out plainly here.
+// axpy_rows is the repeated fused axpy: y = fma(a_0, x_0, y), then fma(a_1, x_1, y), ... (per
+// element, in row order), written out plainly here.
 TEST(Vec, AxpyRowsMatchesRepeatedUpdateBitwise) {
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -283,8 +296,9 @@ TEST(Vec, AxpyRowsMatchesRepeatedUpdateBitwise) {
     want = y;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < n; ++j) {
-        float p = a[static_cast<size_t>(r)] * x[static_cast<size_t>(r * ld + j)];
-        want[static_cast<size_t>(j)] = want[static_cast<size_t>(j)] + p;
+        want[static_cast<size_t>(j)] =
+            std::fma(a[static_cast<size_t>(r)], x[static_cast<size_t>(r * ld + j)],
+                     want[static_cast<size_t>(j)]);
       }
     vec::axpy_rows(y.data(), a.data(), x.data(), ld, rows, n);
     ASSERT_EQ(y, want) << "rows=" << rows << " n=" << n;
