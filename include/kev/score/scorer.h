@@ -14,10 +14,10 @@
 // further back continues from there). checkpoint_tokens 0 saves the end only. An end or tail point
 // that a longer state continued from is demoted to be evicted first: the longer state covers it.
 // Points of one conversation share the attention keys/values of their common positions (a
-// buffer both states list, model.h state_buffers); the cache counts a shared buffer once. A state continued from a saved point is bitwise
-// the state computed in one pass (model.h: with GdnMode::kRecurrent from any point, in every
-// precision; with kChunked only from multiples of its 64-token chunk, so the chunked form uses no
-// other point).
+// buffer both states list, model.h state_buffers); the cache counts a shared buffer once. A state
+// continued from a saved point is bitwise the state computed in one pass (model.h: with
+// GdnMode::kRecurrent from any point, in every precision; with kChunked only from multiples of its
+// 64-token chunk, so the chunked form uses no other point).
 //
 // Contract: score() either returns a complete response or throws kev::Error (no partial
 // answers). A cached prefix is shared immutably; a question's answer and usage (cached_tokens
