@@ -108,16 +108,6 @@ void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_t
       threads);
 }
 
-arch::Int8Range range_for(Int8Kernel k) {
-  if (k == kPortableInt8Kernel) return &portable::int8_range;
-  if (k == kEmulatedInt8Kernel) return &portable::int8_range_avx512_emulated;
-  const arch::Int8Variant* v = find_variant(k);
-  if (v == nullptr)
-    fail(ErrorKind::kInternal, "no {} int8 kernel in this {} build", int8_kernel_name(k),
-         arch_name());
-  return v->range;
-}
-
 }  // namespace
 
 void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale) {
@@ -181,7 +171,7 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
     fail(ErrorKind::kUnsupported, "this CPU cannot run the {} int8 kernel", int8_kernel_name(k));
   if (rows <= 0 || w.rows <= 0) return;
   if (threads == 0) threads = default_workers();
-  const arch::Int8Range range = range_for(k);
+  const arch::Int8Range range = kernel_range(k);
   const bool tiled = k != kPortableInt8Kernel;
   const int64_t rows_padded =
       tiled ? (rows + kInt8TileRows - 1) / kInt8TileRows * kInt8TileRows : rows;

@@ -25,36 +25,78 @@ namespace {
 constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMatrix's too)
 constexpr int kFamilyFirstId = 2;       // ids 0 and 1: portable / "none" and the emulation
 
-// The family's variant of a kernel id, or nullptr.
-template <class Variant>
-const Variant* variant_at(std::span<const Variant> family, int id) {
-  const int index = id - kFamilyFirstId;
+// What sets the two registries apart: the kernels of ids 0 and 1 (portable folder) and the
+// family's variants (ids 2...). Everything else is one rule for both.
+template <class Kernel>
+struct Registry;
+
+template <>
+struct Registry<Int8Kernel> {
+  static constexpr const char* kPortableNames[kFamilyFirstId] = {"portable", "avx512vnni-emulated"};
+  static constexpr arch::Int8Range kPortableRanges[kFamilyFirstId] = {
+      &portable::int8_range, &portable::int8_range_avx512_emulated};
+  static std::span<const arch::Int8Variant> family() { return arch::int8_variants(); }
+};
+
+template <>
+struct Registry<Bf16Kernel> {
+  static constexpr const char* kPortableNames[kFamilyFirstId] = {"none", "avx512bf16-emulated"};
+  static constexpr arch::Bf16Range kPortableRanges[kFamilyFirstId] = {
+      nullptr, &portable::bf16_range_avx512_emulated};  // "none" has no kernel
+  static std::span<const arch::Bf16Variant> family() { return arch::bf16_variants(); }
+};
+
+// The family's entry for k, or nullptr (an id of the portable folder, or no kernel).
+template <class Kernel>
+auto variant_of(Kernel k) {
+  const auto family = Registry<Kernel>::family();
+  const int index = k.id() - kFamilyFirstId;
   return index >= 0 && static_cast<size_t>(index) < family.size()
              ? &family[static_cast<size_t>(index)]
              : nullptr;
 }
 
-// The CPU runs a registered variant: its level, and its extension if it names one.
-template <class Variant>
-bool runs(const Variant* v) {
-  return v != nullptr && isa_supported(v->level) && (v->cpu_runs == nullptr || v->cpu_runs());
-}
-
-template <class Kernel, class Variant>
-std::vector<Kernel> all_kernels(std::span<const Variant> family) {
+template <class Kernel>
+std::vector<Kernel> all_kernels() {
   std::vector<Kernel> out;
-  for (size_t id = 0; id < kFamilyFirstId + family.size(); ++id)
+  for (size_t id = 0; id < kFamilyFirstId + Registry<Kernel>::family().size(); ++id)
     out.push_back(Kernel::of_id(static_cast<int>(id)));
   return out;
 }
 
-arch::Bf16Range range_for(Bf16Kernel k) {
-  if (k == kEmulatedBf16Kernel) return &portable::bf16_range_avx512_emulated;
-  const arch::Bf16Variant* v = find_variant(k);
-  if (v == nullptr)
-    fail(ErrorKind::kInternal, "no {} bf16 kernel in this {} build", bf16_kernel_name(k),
-         arch_name());
-  return v->range;
+template <class Kernel>
+const char* name_of(Kernel k) {
+  if (k.id() >= 0 && k.id() < kFamilyFirstId) return Registry<Kernel>::kPortableNames[k.id()];
+  const auto* v = variant_of(k);
+  return v != nullptr ? v->name : "?";
+}
+
+template <class Kernel>
+std::optional<Kernel> find_by_name(std::string_view name) {
+  for (Kernel k : all_kernels<Kernel>())
+    if (name == name_of(k)) return k;
+  return std::nullopt;
+}
+
+// The portable folder's kernels run anywhere; a family's, where the CPU runs its level and its
+// extension (if it names one).
+template <class Kernel>
+bool cpu_runs(Kernel k) {
+  if (k.id() >= 0 && k.id() < kFamilyFirstId) return true;
+  const auto* v = variant_of(k);
+  return v != nullptr && isa_supported(v->level) && (v->cpu_runs == nullptr || v->cpu_runs());
+}
+
+template <class Kernel>
+auto range_of(Kernel k) {
+  decltype(variant_of(k)->range) range = nullptr;
+  if (k.id() >= 0 && k.id() < kFamilyFirstId)
+    range = Registry<Kernel>::kPortableRanges[k.id()];
+  else if (const auto* v = variant_of(k))
+    range = v->range;
+  if (range == nullptr)
+    fail(ErrorKind::kInternal, "no '{}' kernel to run in this {} build", name_of(k), arch_name());
+  return range;
 }
 
 }  // namespace
@@ -67,73 +109,52 @@ Bf16Kernel family_bf16_kernel(int index) {
   return index < 0 ? kNoBf16Kernel : Bf16Kernel::of_id(kFamilyFirstId + index);
 }
 
-const arch::Int8Variant* find_variant(Int8Kernel k) {
-  return variant_at(arch::int8_variants(), k.id());
+arch::Int8Range kernel_range(Int8Kernel k) {
+  return range_of(k);
 }
-
-const arch::Bf16Variant* find_variant(Bf16Kernel k) {
-  return variant_at(arch::bf16_variants(), k.id());
+arch::Bf16Range kernel_range(Bf16Kernel k) {
+  return range_of(k);
 }
 
 // ---- int8 ----
 std::vector<Int8Kernel> int8_kernels() {
-  return all_kernels<Int8Kernel>(arch::int8_variants());
+  return all_kernels<Int8Kernel>();
 }
-
 const char* int8_kernel_name(Int8Kernel k) {
-  if (k == kPortableInt8Kernel) return "portable";
-  if (k == kEmulatedInt8Kernel) return "avx512vnni-emulated";
-  const arch::Int8Variant* v = find_variant(k);
-  return v != nullptr ? v->name : "?";
+  return name_of(k);
 }
-
 std::optional<Int8Kernel> find_int8_kernel(std::string_view name) {
-  for (Int8Kernel k : int8_kernels())
-    if (name == int8_kernel_name(k)) return k;
-  return std::nullopt;
+  return find_by_name<Int8Kernel>(name);
 }
-
 bool int8_kernel_supported(Int8Kernel k) {
-  if (k == kPortableInt8Kernel || k == kEmulatedInt8Kernel) return true;
-  return runs(find_variant(k));
+  return cpu_runs(k);
 }
 
 Isa int8_kernel_level(Int8Kernel k) {
-  const arch::Int8Variant* v = find_variant(k);
+  const arch::Int8Variant* v = variant_of(k);
   return v != nullptr ? v->level : Isa::kPortable;
 }
 
 Int8Kernel int8_kernel_for(Isa isa) {
   return family_int8_kernel(arch::int8_choice(isa));
 }
-
 Int8Kernel best_int8_kernel() {
   return model_kernels().int8_kernel();
 }
 
 // ---- bf16 ----
 std::vector<Bf16Kernel> bf16_kernels() {
-  return all_kernels<Bf16Kernel>(arch::bf16_variants());
+  return all_kernels<Bf16Kernel>();
 }
-
 const char* bf16_kernel_name(Bf16Kernel k) {
-  if (k == kNoBf16Kernel) return "none";
-  if (k == kEmulatedBf16Kernel) return "avx512bf16-emulated";
-  const arch::Bf16Variant* v = find_variant(k);
-  return v != nullptr ? v->name : "?";
+  return name_of(k);
 }
-
 std::optional<Bf16Kernel> find_bf16_kernel(std::string_view name) {
-  for (Bf16Kernel k : bf16_kernels())
-    if (name == bf16_kernel_name(k)) return k;
-  return std::nullopt;
+  return find_by_name<Bf16Kernel>(name);
 }
-
 bool bf16_kernel_supported(Bf16Kernel k) {
-  if (k == kNoBf16Kernel || k == kEmulatedBf16Kernel) return true;
-  return runs(find_variant(k));
+  return cpu_runs(k);
 }
-
 Bf16Kernel best_bf16_kernel() {
   return model_kernels().bf16_kernel();
 }
@@ -165,7 +186,7 @@ void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
   if (k == kNoBf16Kernel || !bf16_kernel_supported(k))
     fail(ErrorKind::kUnsupported, "this CPU cannot run the {} bf16 kernel", bf16_kernel_name(k));
   if (rows <= 0 || w.rows <= 0) return;
-  const arch::Bf16Range range = range_for(k);
+  const arch::Bf16Range range = kernel_range(k);
   if (threads == 0) threads = default_workers();
   const int64_t ldxq = w.pairs * 2;
   const int64_t rows_padded = (rows + kBf16TileRows - 1) / kBf16TileRows * kBf16TileRows;

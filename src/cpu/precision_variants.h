@@ -15,8 +15,9 @@ inline constexpr Bf16Kernel kEmulatedBf16Kernel = Bf16Kernel::of_id(1);
 Int8Kernel family_int8_kernel(int index);
 Bf16Kernel family_bf16_kernel(int index);
 
-// The family's entry for k, or nullptr (portable, "none", an emulation, or no kernel).
-const arch::Int8Variant* find_variant(Int8Kernel k);
-const arch::Bf16Variant* find_variant(Bf16Kernel k);
+// The range function a kernel runs (int8: gemm_int8.cpp's tiles; bf16: gemm_bf16_pairs's);
+// Error kInternal for "none" or an id this build does not have.
+arch::Int8Range kernel_range(Int8Kernel k);
+arch::Bf16Range kernel_range(Bf16Kernel k);
 
 }  // namespace kev

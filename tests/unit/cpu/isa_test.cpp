@@ -75,9 +75,12 @@ TEST(Isa, LevelsArePerArchitecture) {
   // By the family folder the build chose (KEV_CPU_FAMILY=generic builds "other" on any host).
   const std::string_view family = arch_name();
   using Names = std::vector<std::string>;
-  for (size_t r = 0; r < arch_isas().size(); ++r)
-    EXPECT_EQ(arch_isas()[r].rank(), static_cast<int>(r));
+  // Every registered name reads back as its level, and no two levels share a name.
+  for (Isa isa : arch_isas()) EXPECT_EQ(parse_isa(isa_name(isa)), isa) << isa_name(isa);
+  const Names names = level_names();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   EXPECT_EQ(arch_isas().front(), Isa::kPortable);
+  EXPECT_EQ(parse_isa("scalar"), Isa::kPortable);
   if (family == "x86-64") {
     EXPECT_EQ(level_names(), (Names{"portable", "avx2", "avx512"}));
     EXPECT_FALSE(parse_isa("neon").has_value());

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -146,6 +147,28 @@ TEST_F(BackendSeam, SecondBackendGivesTheDefaultBackendsBits) {
       EXPECT_TRUE(same_floats(r_cpu[r].hidden, r_other[r].hidden))
           << precision_name(p) << ": row " << r;
   }
+}
+
+// A backend runs the kernel table it was made with, not the process's: the one place where a
+// table changes bits is the bf16 mode with a BF16 dot-product kernel (precision_kernels.h), which
+// the portable table lacks (it rounds activations and runs the FP32-accumulating GEMM). So on a
+// CPU with that kernel the two backends' bf16 hidden states must differ, and only by the mode's
+// rounding.
+TEST_F(BackendSeam, BackendRunsTheKernelTableItWasGiven) {
+  if (!model_kernels().has_bf16_dot()) GTEST_SKIP() << "no bf16 dot kernel at this level";
+  const std::unique_ptr<Model> cpu = load("cpu", Precision::kBf16),
+                               other = load(kPortableBackend, Precision::kBf16);
+  std::vector<float> h_cpu, h_other;
+  cpu->extend(cpu->empty_state(), ids(200, 10), {}, &h_cpu);
+  other->extend(other->empty_state(), ids(200, 10), {}, &h_other);
+  ASSERT_EQ(h_cpu.size(), h_other.size());
+  EXPECT_FALSE(same_floats(h_cpu, h_other)) << "the portable table's bf16 path was not taken";
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < h_cpu.size(); ++i) {
+    diff += (double(h_cpu[i]) - h_other[i]) * (double(h_cpu[i]) - h_other[i]);
+    norm += double(h_other[i]) * h_other[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 0.05) << "beyond the bf16 mode's rounding";
 }
 
 // A state is read only by a backend of the kind that made it (model.h): a mix-up is an internal
