@@ -4,14 +4,15 @@
 
     /usr/bin/python3 bench/llama_peer.py [--kev build/release/kev] [--dims 0.8b,4b]
         [--tokens 512,8192] [--precisions fp32,bf16,int8] [--threads 2] [--rounds 3]
-        [--work /tmp/kev-peer] [--json out.json]
+        [--work /tmp/kev-peer] [--isa avx2] [--json out.json]
 
 What it does, all at bench time and outside the repository:
 1. llama.cpp at a pinned version: the npm package node-llama-cpp@LLAMA_NPM_VERSION ships the
    llama.cpp source as a git bundle (llama/gitRelease.bundle). `npm pack` it, clone the bundle
    and build llama-bench + llama-quantize (CPU only, GGML_NATIVE, OpenMP; ~11 min on 2 idle
    cores) into CACHE/llama.cpp-<version> (CACHE = ~/.cache/kev-bench). Reused when present.
-   Nothing of llama.cpp is committed here.
+   Nothing of llama.cpp is committed here. With --isa L both engines run level L below the
+   CPU's best: kev under KEV_ISA=L, llama.cpp built for L without GGML_NATIVE (build-L/).
 2. For each dims (0.8b, 4b): `kev synth --shape D` -> `kev pin --model M` -> `kev export`: the
    kev bundle. The bundle's weights (base + merged LoRA, BF16) are converted to GGUF with
    llama.cpp's own convert_hf_to_gguf.py (bench/llama_peer/convert.py runs it without
@@ -69,9 +70,18 @@ def run(cmd, **kw):
 
 # ---------------------------------------------------------------- llama.cpp
 
-def llama_cpp(cache, version):
+# --isa: the llama.cpp build flags of each level (none: GGML_NATIVE, the CPU's own best).
+LLAMA_ISA_FLAGS = {
+    "avx2": ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+             "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF",
+             "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF"],
+}
+
+
+def llama_cpp(cache, version, isa=None):
     src = os.path.join(cache, f"llama.cpp-{version}")
-    bins = {n: os.path.join(src, "build", "bin", n) for n in ("llama-bench", "llama-quantize")}
+    build = os.path.join(src, "build" if isa is None else f"build-{isa}")
+    bins = {n: os.path.join(build, "bin", n) for n in ("llama-bench", "llama-quantize")}
     if all(os.access(b, os.X_OK) for b in bins.values()):
         return src, bins
     if not os.path.isdir(os.path.join(src, ".git")):
@@ -86,11 +96,12 @@ def llama_cpp(cache, version):
                           text=True).stdout.strip()
     if version == LLAMA_NPM_VERSION and head != LLAMA_COMMIT:
         sys.exit(f"llama.cpp source at {src} is {head}, not {LLAMA_COMMIT}; remove it and rerun")
-    run(["nice", "-n", "19", "cmake", "-S", src, "-B", os.path.join(src, "build"), "-DCMAKE_BUILD_TYPE=Release",
-         "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    isa_flags = ["-DGGML_NATIVE=ON"] if isa is None else LLAMA_ISA_FLAGS[isa]
+    run(["nice", "-n", "19", "cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"] + isa_flags + [
+         "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
          "-DLLAMA_BUILD_SERVER=OFF", "-DBUILD_SHARED_LIBS=OFF"] + (["-G", "Ninja"] if shutil.which("ninja") else []),
         stdout=subprocess.DEVNULL)
-    run(["nice", "-n", "19", "cmake", "--build", os.path.join(src, "build"), "-j", str(os.cpu_count()),
+    run(["nice", "-n", "19", "cmake", "--build", build, "-j", str(os.cpu_count()),
          "--target", "llama-bench", "llama-quantize"], stdout=subprocess.DEVNULL)
     return src, bins
 
@@ -167,18 +178,19 @@ def kev_inputs(work, lengths):
     return paths
 
 
-def kev_run(kev, bundle, inputs, n_tokens, work, threads, precision):
+def kev_run(kev, bundle, inputs, n_tokens, work, threads, precision, isa=None):
     extra = [] if precision == "fp32" else ["--precision", precision]
+    kev = ([] if isa is None else ["env", f"KEV_ISA={isa}"]) + [kev]
     out = os.path.join(work, "forward-out.safetensors")
     times, rss = {}, 0
     # An untimed 1-token run first brings the bundle into the page cache: the llama.cpp runs in
     # between can evict it (4B dims: 8 GB bundle + 13 GB of GGUF on a 23 GB machine), and a cold
     # read charged to the 1-token run would inflate the difference's tokens/s.
-    timed([kev, "forward", "--quiet", "--bundle", bundle, "--input", inputs[1], "--output", out, "--threads",
-           threads] + extra)
+    timed(kev + ["forward", "--quiet", "--bundle", bundle, "--input", inputs[1], "--output", out, "--threads",
+                 threads] + extra)
     for n in (1, n_tokens):
-        wall, r, _ = timed([kev, "forward", "--quiet", "--bundle", bundle, "--input", inputs[n], "--output", out,
-                            "--threads", threads] + extra)
+        wall, r, _ = timed(kev + ["forward", "--quiet", "--bundle", bundle, "--input", inputs[n], "--output",
+                                  out, "--threads", threads] + extra)
         times[n], rss = wall, max(rss, r)
     os.remove(out)
     return (n_tokens - 1) / (times[n_tokens] - times[1]), rss
@@ -218,6 +230,10 @@ def main():
                     help="off: llama-bench --no-warmup. Its warmup processes the whole prompt once more, "
                          "doubling its time at long states; kev's runs have no warmup either (its rate "
                          "subtracts a 1-token run)")
+    ap.add_argument("--isa", choices=sorted(LLAMA_ISA_FLAGS),
+                    help="run both engines at this instruction-set level below the CPU's best: kev with "
+                         "KEV_ISA, llama.cpp built without GGML_NATIVE for that level only (its own build "
+                         "folder). Default: each engine's best for this CPU")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     kev = os.path.abspath(a.kev)
@@ -235,9 +251,10 @@ def main():
         sys.exit(f"--tokens: not a comma list of integers: {a.tokens!r}")
     if any(not 2 <= n <= 65536 for n in lengths):
         sys.exit(f"--tokens: each length must be 2..65536, got {a.tokens}")
-    src, bins = llama_cpp(a.cache, a.llama_version)
+    src, bins = llama_cpp(a.cache, a.llama_version, a.isa)
     commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    cpu = subprocess.run([kev, "cpu"], capture_output=True, text=True).stdout.strip()
+    cpu = subprocess.run(["env"] + ([f"KEV_ISA={a.isa}"] if a.isa else []) + [kev, "cpu"], capture_output=True,
+                         text=True).stdout.strip()
     model_name = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 
     plan = {}
@@ -266,7 +283,7 @@ def main():
                     mixed.reverse()
                 for engine, prec in mixed:
                     if engine == "kev":
-                        tps, rss = kev_run(kev, bundle, inputs, n_tokens, a.work, a.threads, prec)
+                        tps, rss = kev_run(kev, bundle, inputs, n_tokens, a.work, a.threads, prec, a.isa)
                     else:
                         tps, rss = llama_run(bins, gg[prec], n_tokens, a.threads, a.flash_attn,
                                              a.llama_omp_wait_policy, a.llama_warmup == "on")
@@ -278,7 +295,7 @@ def main():
         load.append(os.getloadavg()[0])
 
     result = {"cpu": model_name, "kev_cpu": json.loads(cpu) if cpu.startswith("{") else cpu,
-              "threads": a.threads, "rounds": a.rounds, "state_tokens": lengths, "flash_attn": a.flash_attn,
+              "isa": a.isa or "best", "threads": a.threads, "rounds": a.rounds, "state_tokens": lengths, "flash_attn": a.flash_attn,
               "llama_cpp": {"npm": f"node-llama-cpp@{a.llama_version}", "commit": commit},
               "load_average_1min": load, "llama_omp_wait_policy": a.llama_omp_wait_policy,
               "llama_warmup": a.llama_warmup, "command": " ".join(sys.argv), "results": []}
@@ -295,7 +312,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)
-    print(f"CPU: {model_name}; kev cpu: {cpu}; threads {a.threads}; median of {a.rounds} rounds; "
+    print(f"CPU: {model_name}; level: {a.isa or 'each engine its best'}; kev cpu: {cpu}; threads {a.threads}; median of {a.rounds} rounds; "
           f"llama.cpp {commit[:12]} (node-llama-cpp@{a.llama_version}), -fa {a.flash_attn}, OMP_WAIT_POLICY "
           f"{a.llama_omp_wait_policy}; 1-min load average per round {load}")
     print("| dims | tokens | engine | precision | tokens/s (median) | runs | peak RSS MiB |")
