@@ -175,8 +175,8 @@ TEST(Vec, DotRowsEqualsDotBitwiseOnEveryIsa) {
 
 // dot_block is one dot_fused per (vector, row) pair, bitwise, on every level this CPU runs (AVX2 in
 // tiles of 2 vectors x 4 rows, AVX-512 4 x 4 with the 16 trees together): counts that are not
-// multiples of the tile, lengths that are not of 16, strides wider than the length and empty blocks
-// included.
+// multiples of the tiles (and a whole 128-key block), lengths that are not of 16,
+// strides wider than the length and empty blocks included.
 TEST(Vec, DotBlockEqualsDotBitwiseOnEveryIsa) {
   std::mt19937 rng(33);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -187,7 +187,8 @@ TEST(Vec, DotBlockEqualsDotBitwiseOnEveryIsa) {
     for (Shape sh :
          {Shape{8, 12, 256, 256, 512, 40}, Shape{5, 7, 256, 300, 256, 9},
           Shape{3, 4, 32, 32, 48, 4}, Shape{4, 9, 70, 80, 70, 11}, Shape{1, 1, 16, 16, 16, 1},
-          Shape{0, 5, 16, 16, 16, 5}, Shape{6, 0, 16, 16, 16, 1}}) {
+          Shape{0, 5, 16, 16, 16, 5}, Shape{6, 0, 16, 16, 16, 1}, Shape{4, 128, 256, 256, 256, 130},
+          Shape{3, 13, 32, 32, 40, 13}, Shape{2, 8, 16, 16, 16, 8}, Shape{2, 6, 48, 48, 48, 6}}) {
       for (int trial = 0; trial < 8; ++trial) {
         std::vector<float> a(static_cast<size_t>(std::max<int64_t>(sh.na, 1) * sh.lda)),
             x(static_cast<size_t>(std::max<int64_t>(sh.nx, 1) * sh.ldx));
