@@ -42,9 +42,9 @@ void divide(float* y, float d, int64_t n);  // y = y / d (a division each, not a
 // dot_block: out[i * ldo + j] = dot_fused(a + i * lda, x + j * ldx, n) for i < na, j < nx, bit
 // for bit;
 // axpy_block: axpy_rows(y + i * ldy, p + i * ldp, x, ldx, rows, n) for i < ny, bit for bit.
-// The plain forms run the level the model kernel table picks (AVX2: 2 x 4 dots, and 6 outputs x
-// 16 columns, held in registers so each row read serves several results); the _isa forms a given
-// one (the CPU must support it: Error kUnsupported otherwise).
+// The plain forms run the level the model kernel table picks (a family's forms hold tiles of
+// results in registers, so each row read serves several); the _isa forms a given one (the CPU
+// must support it: Error kUnsupported otherwise).
 void dot_block(const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx, int64_t nx,
                int64_t n, float* out, int64_t ldo);
 void dot_block_isa(Isa isa, const float* a, int64_t lda, int64_t na, const float* x, int64_t ldx,
