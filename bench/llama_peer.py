@@ -178,9 +178,9 @@ def kev_inputs(work, lengths):
     return paths
 
 
-def kev_run(kev, bundle, inputs, n_tokens, work, threads, precision, isa=None):
+def kev_run(kev, bundle, inputs, n_tokens, work, threads, precision):
+    """kev: the command that starts kev (a list: with --isa, `env KEV_ISA=L kev`)."""
     extra = [] if precision == "fp32" else ["--precision", precision]
-    kev = ([] if isa is None else ["env", f"KEV_ISA={isa}"]) + [kev]
     out = os.path.join(work, "forward-out.safetensors")
     times, rss = {}, 0
     # An untimed 1-token run first brings the bundle into the page cache: the llama.cpp runs in
@@ -237,6 +237,7 @@ def main():
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     kev = os.path.abspath(a.kev)
+    kev_cmd = (["env", f"KEV_ISA={a.isa}"] if a.isa else []) + [kev]
     os.makedirs(a.work, exist_ok=True)
     dims_list = a.dims.split(",")
     help_text = subprocess.run([kev, "forward", "--help"], capture_output=True, text=True).stdout
@@ -253,8 +254,7 @@ def main():
         sys.exit(f"--tokens: each length must be 2..65536, got {a.tokens}")
     src, bins = llama_cpp(a.cache, a.llama_version, a.isa)
     commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    cpu = subprocess.run(["env"] + ([f"KEV_ISA={a.isa}"] if a.isa else []) + [kev, "cpu"], capture_output=True,
-                         text=True).stdout.strip()
+    cpu = subprocess.run(kev_cmd + ["cpu"], capture_output=True, text=True).stdout.strip()
     model_name = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 
     plan = {}
@@ -283,7 +283,7 @@ def main():
                     mixed.reverse()
                 for engine, prec in mixed:
                     if engine == "kev":
-                        tps, rss = kev_run(kev, bundle, inputs, n_tokens, a.work, a.threads, prec, a.isa)
+                        tps, rss = kev_run(kev_cmd, bundle, inputs, n_tokens, a.work, a.threads, prec)
                     else:
                         tps, rss = llama_run(bins, gg[prec], n_tokens, a.threads, a.flash_attn,
                                              a.llama_omp_wait_policy, a.llama_warmup == "on")
