@@ -341,26 +341,33 @@ void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, fl
     }
     for (int64_t t0 = 0; t0 < tiles; t0 += kTilesPerBlock) {
       const int64_t t1 = std::min(tiles, t0 + kTilesPerBlock);
-      for (int l = 0; l < kLanes; ++l)
+      for (int l = 0; l < kLanes; ++l) {
+        const int64_t depth = off[l + 1] - off[l];
+        auto act = [&](int64_t t) { return xp + t * kLmMr * k_total + off[l] * kLmMr; };
+        auto wl = [&](int64_t b) { return wp.data() + b * kLmNr * k_total + off[l] * kLmNr; };
+        auto sums = [&](int64_t t, int64_t b) {
+          return lanes.data() + (((t - t0) * kGroup + b) * kLanes + l) * kTileSums;
+        };
+        if (!wide) {
+          // Group by group, so that one group's lane weights (d_l x 64 bytes) stay in L1 while
+          // the block's tiles pass over them (all four groups' would not at K = 3584).
+          for (int64_t b = 0; b < groups; ++b)
+            for (int64_t t = t0; t < t1; ++t) lm_micro(act(t), wl(b), depth, sums(t, b));
+          continue;
+        }
         for (int64_t t = t0; t < t1; ++t) {
-          const float* a = xp + t * kLmMr * k_total + off[l] * kLmMr;
-          const int64_t depth = off[l + 1] - off[l];
-          auto wl = [&](int64_t b) { return wp.data() + b * kLmNr * k_total + off[l] * kLmNr; };
-          auto sums = [&](int64_t b) {
-            return lanes.data() + (((t - t0) * kGroup + b) * kLanes + l) * kTileSums;
-          };
           int64_t b = 0;
-          if (wide && groups == 4) {
+          if (groups == 4) {
             const float* bs[4] = {wl(0), wl(1), wl(2), wl(3)};
-            float* cs[4] = {sums(0), sums(1), sums(2), sums(3)};
-            lm_micro_avx512_x4(a, bs, depth, cs);
+            float* cs[4] = {sums(t, 0), sums(t, 1), sums(t, 2), sums(t, 3)};
+            lm_micro_avx512_x4(act(t), bs, depth, cs);
             b = 4;
           }
-          if (wide)
-            for (; b + 2 <= groups; b += 2)
-              lm_micro_avx512_x2(a, wl(b), wl(b + 1), depth, sums(b), sums(b + 1));
-          for (; b < groups; ++b) lm_micro(a, wl(b), depth, sums(b));
+          for (; b + 2 <= groups; b += 2)
+            lm_micro_avx512_x2(act(t), wl(b), wl(b + 1), depth, sums(t, b), sums(t, b + 1));
+          for (; b < groups; ++b) lm_micro(act(t), wl(b), depth, sums(t, b));
         }
+      }
       for (int64_t t = t0; t < t1; ++t) {
         const int mr = static_cast<int>(std::min<int64_t>(kLmMr, rows - t * kLmMr));
         for (int64_t b = 0; b < groups; ++b) {
@@ -373,21 +380,24 @@ void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, fl
   }
 }
 
-// The lane-major product over all threads: activations packed kLmRowChunk rows at a time
-// (shared by all threads; bounds the pack at 768 x K floats, 28 MB at K = 9216), outputs split
-// in multiples of 16. Declines batches too small to pay for the packing.
+// The lane-major product over all threads: activations packed up to kLmPackBytes at a time
+// (shared by all threads: 32 MiB, a whole 2,048-token prefill step at 0.8B dimensions, 906 rows
+// at K = 9216), outputs split in multiples of 16; each worker packs its outputs' weights once
+// per chunk. Declines batches too small to pay for the packing.
 bool lane_major(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, float* y,
                 int64_t ldy, size_t threads, bool wide) {
   if (rows < kPackMinRows || w.rows < kPackMinCols) return false;
-  constexpr int64_t kLmRowChunk = 128 * kLmMr;
+  constexpr int64_t kLmPackBytes = int64_t{32} << 20;
   const int64_t k_total = w.cols;
+  const int64_t chunk_rows =
+      std::max<int64_t>(1, kLmPackBytes / (k_total * int64_t{sizeof(float)}) / kLmMr) * kLmMr;
   const int64_t chunks = static_cast<int64_t>(threads) * 4;
   thread_local std::vector<float> xp;
   int64_t per_lm = (w.rows + chunks - 1) / chunks;
   per_lm = std::max<int64_t>(kLmNr, (per_lm + kLmNr - 1) / kLmNr * kLmNr);
   const int64_t count_lm = (w.rows + per_lm - 1) / per_lm;
-  for (int64_t r0 = 0; r0 < rows; r0 += kLmRowChunk) {
-    const int64_t rn = std::min(kLmRowChunk, rows - r0), tiles = (rn + kLmMr - 1) / kLmMr;
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t rn = std::min(chunk_rows, rows - r0), tiles = (rn + kLmMr - 1) / kLmMr;
     if (xp.size() < static_cast<size_t>(tiles * kLmMr * k_total))
       xp.resize(static_cast<size_t>(tiles * kLmMr * k_total));
     float* xpd = xp.data();
