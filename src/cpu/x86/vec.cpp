@@ -20,6 +20,30 @@ using vec::GdnTokens;
 
 #define KEV_AVX2 KEV_TARGET_AVX2
 
+// The rows after a dot_block tile (`count` rows of n floats, ld apart, from `at`), prefetched a
+// few 64-byte lines per step() over `steps` calls, so that they are in L1 when the next tile
+// starts (a long state's keys come from memory; prefetches change no result). Both levels'
+// dot_block use it.
+class RowPrefetch {
+ public:
+  RowPrefetch(const float* at, int64_t ld, int64_t count, int64_t n, int64_t steps)
+      : at_(at),
+        ld_(ld),
+        lines_(n / 16),
+        total_(count * lines_),
+        per_step_(steps > 0 ? (total_ + steps - 1) / steps : 0) {}
+  void step() {
+    for (int64_t k = 0; k < per_step_ && next_ < total_; ++k, ++next_)
+      _mm_prefetch(
+          reinterpret_cast<const char*>(at_ + next_ / lines_ * ld_ + 16 * (next_ % lines_)),
+          _MM_HINT_T0);
+  }
+
+ private:
+  const float* at_;
+  int64_t ld_, lines_, total_, per_step_, next_ = 0;
+};
+
 // One step of 32 value columns held contiguously (row i of the block at s + 32 i), with m, delta
 // and o in registers (4 ymm each; the c loops unroll fully): per element the multiplies and adds
 // of gdn_columns, in the same order (no FMA: each product is rounded before its add).
@@ -182,14 +206,10 @@ KEV_AVX2 void dot_block_avx2(const float* a, int64_t lda, int64_t na, const floa
   const int64_t na2 = na / 2 * 2, nx4 = nx / 4 * 4;
   for (int64_t j = 0; j < nx4; j += 4) {
     const float* x0 = x + j * ldx;
-    const int64_t lines = n / 16, ahead = std::min<int64_t>(4, nx4 - j - 4);
-    const int64_t per_tile = na2 > 0 ? (4 * lines + na2 / 2 - 1) / (na2 / 2) : 0;
-    int64_t next = 0;
+    const int64_t ahead = std::min<int64_t>(4, nx4 - j - 4);
+    RowPrefetch next(ahead > 0 ? x0 + 4 * ldx : x0, ldx, ahead, n, na2 / 2);
     for (int64_t i = 0; i < na2; i += 2) {
-      for (int64_t k = 0; k < per_tile && next < ahead * lines; ++k, ++next)
-        _mm_prefetch(
-            reinterpret_cast<const char*>(x0 + (4 + next / lines) * ldx + 16 * (next % lines)),
-            _MM_HINT_T0);
+      next.step();
       const float* a0 = a + i * lda;
       __m256 lo[8], hi[8];
       lane_half_2x4(a0, a0 + lda, x0, x0 + ldx, x0 + 2 * ldx, x0 + 3 * ldx, n, 0, lo);
@@ -252,8 +272,9 @@ KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p,
       }
       const float* pc = p + r0;
       // The next slice's rows (or the next chunk's first), a few per tile of six outputs.
-      const float* ahead = d + 16 < n16 ? x + r0 * ldx + d + 16 : x + (r0 + m) * ldx;
-      const int64_t count = d + 16 < n16 ? m : std::min(kChunk, rows - r0 - m);
+      const bool last = d + 16 >= n16;
+      const int64_t count = last ? std::min(kChunk, rows - r0 - m) : m;
+      const float* ahead = !last ? x + r0 * ldx + d + 16 : count > 0 ? x + (r0 + m) * ldx : x;
       const int64_t per_tile = ny >= 6 ? (count + ny / 6 - 1) / (ny / 6) : 0;
       int64_t next = 0;
       int64_t i = 0;
@@ -329,16 +350,10 @@ KEV_AVX512 void dot_block_avx512(const float* a, int64_t lda, int64_t na, const 
   const int64_t na4 = na / 4 * 4, nx4 = nx / 4 * 4;
   for (int64_t j = 0; j < nx4; j += 4) {
     const float* xj = x + j * ldx;
-    // The next group's four rows, a few lines per tile, so that they are in L1 when it starts
-    // (a long state's keys come from memory; prefetches change no result).
-    const int64_t lines = n / 16, ahead = std::min<int64_t>(4, nx4 - j - 4);
-    const int64_t per_tile = na4 > 0 ? (4 * lines + na4 / 4 - 1) / (na4 / 4) : 0;
-    int64_t next = 0;
+    const int64_t ahead = std::min<int64_t>(4, nx4 - j - 4);
+    RowPrefetch next(ahead > 0 ? xj + 4 * ldx : xj, ldx, ahead, n, na4 / 4);
     for (int64_t i = 0; i < na4; i += 4) {
-      for (int64_t k = 0; k < per_tile && next < ahead * lines; ++k, ++next)
-        _mm_prefetch(
-            reinterpret_cast<const char*>(xj + (4 + next / lines) * ldx + 16 * (next % lines)),
-            _MM_HINT_T0);
+      next.step();
       const float* ai = a + i * lda;
       __m512 acc[16];
       for (int c = 0; c < 16; ++c) acc[c] = _mm512_setzero_ps();
