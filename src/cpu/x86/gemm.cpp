@@ -136,18 +136,6 @@ KEV_AVX2 void lm_reduce(const float* lanes, int mr, int nr, float* y, int64_t ld
   }
 }
 
-// Activation rows [m0, m0 + 6) -> [lane][step][6] (rows past `rows` are zeros).
-void lm_pack_rows(const float* x, int64_t rows, int64_t ldx, int64_t k_total, int64_t m0,
-                  float* out) {
-  for (int l = 0; l < kLanes; ++l) {
-    const int64_t d = lane_depth(k_total, l);
-    for (int64_t s = 0; s < d; ++s)
-      for (int r = 0; r < kLmMr; ++r)
-        out[s * kLmMr + r] = m0 + r < rows ? x[(m0 + r) * ldx + l + s * kLanes] : 0.0f;
-    out += d * kLmMr;
-  }
-}
-
 // In-register 8x8 transpose: afterwards r[i][j] is the old r[j][i].
 KEV_AVX2 inline void transpose8(__m256 (&r)[8]) {
   __m256 t[8], u[8];
@@ -165,6 +153,36 @@ KEV_AVX2 inline void transpose8(__m256 (&r)[8]) {
     r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
     r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
   }
+}
+
+// Activation rows [m0, m0 + 6) -> [lane][step][6] (rows past `rows` are zeros). Whole 16-wide
+// K steps go through 8x8 register transposes (each row read once, not once per lane); the last
+// partial step is scalar.
+KEV_AVX2 void lm_pack_rows(const float* x, int64_t rows, int64_t ldx, int64_t k_total, int64_t m0,
+                           float* out) {
+  int64_t off[kLanes];
+  for (int l = 0, o = 0; l < kLanes; ++l) {
+    off[l] = o;
+    o += static_cast<int>(lane_depth(k_total, l) * kLmMr);
+  }
+  const int live = static_cast<int>(std::min<int64_t>(kLmMr, rows - m0));
+  const int64_t full = k_total / kLanes;
+  for (int64_t s = 0; s < full; ++s)
+    for (int l0 = 0; l0 < kLanes; l0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] =
+            i < live ? _mm256_loadu_ps(x + (m0 + i) * ldx + s * kLanes + l0) : _mm256_setzero_ps();
+      transpose8(r);  // r[i]: lane l0 + i of rows 0..7; rows 6 and 7 are not stored
+      for (int i = 0; i < 8; ++i) {
+        float* to = out + off[l0 + i] + s * kLmMr;
+        _mm_storeu_ps(to, _mm256_castps256_ps128(r[i]));
+        _mm_storel_pi(reinterpret_cast<__m64*>(to + 4), _mm256_extractf128_ps(r[i], 1));
+      }
+    }
+  for (int l = 0; l < k_total - full * kLanes; ++l)
+    for (int r = 0; r < kLmMr; ++r)
+      out[off[l] + full * kLmMr + r] = r < live ? x[(m0 + r) * ldx + full * kLanes + l] : 0.0f;
 }
 
 // Weight rows [n, n + nr) (nr <= 16) -> [lane][step][16] FP32 (outputs past nr are zeros).
