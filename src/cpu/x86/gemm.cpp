@@ -76,6 +76,13 @@ inline int64_t lane_depth(int64_t k_total, int l) {
   return k_total > l ? (k_total - l + kLanes - 1) / kLanes : 0;
 }
 
+// Where lane l's steps start in a pack of `width` floats per step (the lanes one after another):
+// off[l] = width x the steps of lanes 0 .. l - 1; off[16] = the whole pack.
+inline void lane_offsets(int64_t k_total, int64_t width, int64_t (&off)[kLanes + 1]) {
+  off[0] = 0;
+  for (int l = 0; l < kLanes; ++l) off[l + 1] = off[l] + lane_depth(k_total, l) * width;
+}
+
 // c[r * 16 + j] = lane sum of row r, output j over `depth` steps of a (6 floats / step) and
 // b (16 floats / step).
 KEV_AVX2 void lm_micro(const float* a, const float* b, int64_t depth, float* c) {
@@ -160,11 +167,8 @@ KEV_AVX2 inline void transpose8(__m256 (&r)[8]) {
 // partial step is scalar.
 KEV_AVX2 void lm_pack_rows(const float* x, int64_t rows, int64_t ldx, int64_t k_total, int64_t m0,
                            float* out) {
-  int64_t off[kLanes];
-  for (int l = 0, o = 0; l < kLanes; ++l) {
-    off[l] = o;
-    o += static_cast<int>(lane_depth(k_total, l) * kLmMr);
-  }
+  int64_t off[kLanes + 1];
+  lane_offsets(k_total, kLmMr, off);
   const int live = static_cast<int>(std::min<int64_t>(kLmMr, rows - m0));
   const int64_t full = k_total / kLanes;
   for (int64_t s = 0; s < full; ++s)
@@ -188,11 +192,8 @@ KEV_AVX2 void lm_pack_rows(const float* x, int64_t rows, int64_t ldx, int64_t k_
 // Weight rows [n, n + nr) (nr <= 16) -> [lane][step][16] FP32 (outputs past nr are zeros).
 // Whole 16-wide K steps go through 8x8 register transposes; the last partial step is scalar.
 KEV_AVX2 void lm_pack_weights(const uint16_t* w, int64_t k_total, int nr, float* out) {
-  int64_t off[kLanes];
-  for (int l = 0, o = 0; l < kLanes; ++l) {
-    off[l] = o;
-    o += static_cast<int>(lane_depth(k_total, l) * kLmNr);
-  }
+  int64_t off[kLanes + 1];
+  lane_offsets(k_total, kLmNr, off);
   const int64_t full = k_total / kLanes;
   for (int64_t s = 0; s < full; ++s)
     for (int j0 = 0; j0 < kLmNr; j0 += 8)
@@ -337,8 +338,8 @@ constexpr int64_t kPackMinRows = 6, kPackMinCols = 64;
 void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, float* y, int64_t ldy,
                           int64_t n0, int64_t n1, bool wide) {
   const int64_t k_total = w.cols;
-  int64_t off[kLanes + 1] = {0};
-  for (int l = 0; l < kLanes; ++l) off[l + 1] = off[l] + lane_depth(k_total, l);
+  int64_t off[kLanes + 1];  // in steps
+  lane_offsets(k_total, 1, off);
   // Outputs go in groups of up to kGroup x 16 (weights packed per 16, [lane][step][16] each).
   // A block of row tiles walks the lanes; within a lane, each tile's activations for that lane
   // (6 x d_l floats, L1) meet the lane's weights of every 16 outputs of the group (L2), so the

@@ -20,28 +20,36 @@ using vec::GdnTokens;
 
 #define KEV_AVX2 KEV_TARGET_AVX2
 
-// The rows after a dot_block tile (`count` rows of n floats, ld apart, from `at`), prefetched a
-// few 64-byte lines per step() over `steps` calls, so that they are in L1 when the next tile
-// starts (a long state's keys come from memory; prefetches change no result). Both levels'
-// dot_block use it.
+// One 64-byte line into L1. An asm statement, not _mm_prefetch: GCC deletes a loop of
+// __builtin_prefetch calls once it is inlined into another loop (a loop with no effect to it).
+inline void prefetch_line(const float* p) {
+  asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+}
+
+// `count` rows of n floats, ld apart, from `at`, prefetched a few lines per step() over `steps`
+// calls, so that they are in L1 when the kernel reaches them (a long state's keys and values come
+// from memory; prefetches change no result). Each row's lines from its start, then its last float
+// (the tail line when the row is not line-aligned). Both levels' dot_block (the next tile's keys)
+// and the AVX2 axpy_block (the next slice's values) use it.
 class RowPrefetch {
  public:
   RowPrefetch(const float* at, int64_t ld, int64_t count, int64_t n, int64_t steps)
       : at_(at),
         ld_(ld),
-        lines_(n / 16),
-        total_(count * lines_),
+        n_(n),
+        per_row_(n / 16 + 1),
+        total_(count * per_row_),
         per_step_(steps > 0 ? (total_ + steps - 1) / steps : 0) {}
   void step() {
-    for (int64_t k = 0; k < per_step_ && next_ < total_; ++k, ++next_)
-      _mm_prefetch(
-          reinterpret_cast<const char*>(at_ + next_ / lines_ * ld_ + 16 * (next_ % lines_)),
-          _MM_HINT_T0);
+    for (int64_t k = 0; k < per_step_ && next_ < total_; ++k, ++next_) {
+      const int64_t line = next_ % per_row_;
+      prefetch_line(at_ + next_ / per_row_ * ld_ + (line + 1 < per_row_ ? 16 * line : n_ - 1));
+    }
   }
 
  private:
   const float* at_;
-  int64_t ld_, lines_, total_, per_step_, next_ = 0;
+  int64_t ld_, n_, per_row_, total_, per_step_, next_ = 0;
 };
 
 // One step of 32 value columns held contiguously (row i of the block at s + 32 i), with m, delta
@@ -76,12 +84,6 @@ KEV_AVX2 void gdn_block32_step(float* s, int64_t dk, float eg, const float* k, c
     }
   }
   for (int c = 0; c < kVecs; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
-}
-
-// One 64-byte line into L1. An asm statement, not _mm_prefetch: GCC deletes a loop of
-// __builtin_prefetch calls once it is inlined into another loop (a loop with no effect to it).
-inline void prefetch_line(const float* p) {
-  asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p)));
 }
 
 // Token n's k and q and its 32 values from column j0 into L1. A token's projections are one
@@ -301,14 +303,10 @@ KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p,
       const bool last = d + 16 >= n16;
       const int64_t count = last ? std::min(kChunk, rows - r0 - m) : m;
       const float* ahead = !last ? x + r0 * ldx + d + 16 : count > 0 ? x + (r0 + m) * ldx : x;
-      const int64_t per_tile = ny >= 6 ? (count + ny / 6 - 1) / (ny / 6) : 0;
-      int64_t next = 0;
+      RowPrefetch next(ahead, ldx, count, 16, ny / 6);
       int64_t i = 0;
       for (; i + 6 <= ny; i += 6) {
-        for (int64_t k = 0; k < per_tile && next < count; ++k, ++next) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + next * ldx), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + next * ldx + 15), _MM_HINT_T0);
-        }
+        next.step();
         axpy_tile<6>(y + i * ldy + d, ldy, pc + i * ldp, ldp, slice, 16, m);
       }
       for (; i + 4 <= ny; i += 4)
