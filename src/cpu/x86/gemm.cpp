@@ -71,6 +71,9 @@ KEV_AVX2 void kernel_avx2(const float* x, int64_t ldx, const uint16_t* w, int64_
 // its own products in ascending k, and the tree is the same: results are bit-identical to the
 // other paths.
 constexpr int kLmMr = 6, kLmNr = 16;
+// Outputs whose weights a thread packs together and whose micro-kernel calls share one pass over
+// the packed activations (4 x 16).
+constexpr int64_t kLmGroupCols = 64;
 
 inline int64_t lane_depth(int64_t k_total, int l) {
   return k_total > l ? (k_total - l + kLanes - 1) / kLanes : 0;
@@ -345,7 +348,7 @@ void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, fl
   // (6 x d_l floats, L1) meet the lane's weights of every 16 outputs of the group (L2), so the
   // packed activations stream from memory once per group rather than once per 16 outputs. The
   // block's lane sums wait in `lanes` (6 KiB per tile and 16 outputs) until the tree.
-  constexpr int64_t kGroup = 4, kTilesPerBlock = 4, kTileSums = kLmMr * kLmNr;
+  constexpr int64_t kGroup = kLmGroupCols / kLmNr, kTilesPerBlock = 4, kTileSums = kLmMr * kLmNr;
   thread_local std::vector<float> wp, lanes;
   if (wp.size() < static_cast<size_t>(kGroup * kLmNr * k_total))
     wp.resize(static_cast<size_t>(kGroup * kLmNr * k_total));
@@ -410,7 +413,12 @@ bool lane_major(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, 
   const int64_t k_total = w.cols;
   const int64_t chunk_rows =
       std::max<int64_t>(1, kLmPackBytes / (k_total * int64_t{sizeof(float)}) / kLmMr) * kLmMr;
-  const int64_t chunks = static_cast<int64_t>(threads) * 4;
+  // Chunks of one output group each (64 outputs: the packed activations stream once per group
+  // either way) where there are enough: with 4 chunks a thread, the last to finish kept the
+  // other waiting about half a chunk at every product (2 threads, 8k-token prefill at 0.8B
+  // dimensions: cores busy 95.3% of the wall time before, 97.7% after).
+  const int64_t chunks =
+      std::max(static_cast<int64_t>(threads) * 4, (w.rows + kLmGroupCols - 1) / kLmGroupCols);
   thread_local std::vector<float> xp;
   int64_t per_lm = (w.rows + chunks - 1) / chunks;
   per_lm = std::max<int64_t>(kLmNr, (per_lm + kLmNr - 1) / kLmNr * kLmNr);

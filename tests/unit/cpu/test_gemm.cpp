@@ -98,11 +98,12 @@ std::vector<float> contract_order(const Problem& p) {
 
 // Prefill-sized batches (the AVX2 and AVX-512 paths pack activations and weights lane by lane and
 // run 6-row x 16-output tiles once a batch has >= 6 rows and >= 64 outputs; AVX-512 takes groups
-// of 16 outputs four or two at a time: 560 outputs over 1-3 threads give 4, 3 and 1): rows and
-// outputs not multiples of the tile, K with a tail that is not a multiple of 16, K < 16 (lanes that
-// get no product), very long K, a 5-row batch (direct kernel) and a batch over two activation
-// packs (32 MiB each: 906 rows at K = 9231, so 910 rows end in a second pack's partial tile). Every
-// ISA, thread count, and a row alone (which takes the direct path) must give the contract's bits.
+// of 16 outputs four or two at a time: 560 outputs over 1-5 threads give chunks of 4, 3 and 2
+// groups): rows and outputs not multiples of the tile, K with a tail that is not a multiple of
+// 16, K < 16 (lanes that get no product), very long K, a 5-row batch (direct kernel) and a batch
+// over two activation packs (32 MiB each: 906 rows at K = 9231, so 910 rows end in a second
+// pack's partial tile). Every ISA, thread count, and a row alone (which takes the direct path)
+// must give the contract's bits.
 TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
       {20, 1100, 131}, {6, 2085, 64}, {7, 16, 70},   {5, 600, 80},  {33, 4099, 77},
