@@ -1,6 +1,9 @@
 // How the int8 and bf16-dot GEMM drivers split a product's output groups over threads: in
-// chunks of whole groups, more chunks than threads (4 per thread) so uneven cores finish
-// together. Private to the kernel layer; no instruction set here.
+// chunks of whole groups, more chunks than threads so uneven cores finish together: at least 4
+// per thread, and as many as there are runs of 4 groups (64 outputs) when that is more (each
+// group streams the activations once whatever the chunk, so small chunks cost nothing, while
+// with 4 a thread the last kept the others waiting about half a chunk at every product).
+// Private to the kernel layer; no instruction set here.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -15,7 +18,8 @@ namespace kev::group_chunks {
 // matrix's last tile is a narrow one).
 template <typename Range>
 void run(int64_t groups, size_t threads, int64_t multiple, const Range& range) {
-  const int64_t chunks = static_cast<int64_t>(threads) * 4;
+  const int64_t base = std::max<int64_t>(multiple, 4);
+  const int64_t chunks = std::max(static_cast<int64_t>(threads) * 4, (groups + base - 1) / base);
   const int64_t even = std::max<int64_t>(1, (groups + chunks - 1) / chunks);
   const int64_t per = (even + multiple - 1) / multiple * multiple;
   const int64_t count = (groups + per - 1) / per;
