@@ -1,8 +1,10 @@
-// How the int8 and bf16-dot GEMM drivers split a product's output groups over threads: in
-// chunks of whole groups, more chunks than threads so uneven cores finish together: at least 4
-// per thread, and as many as there are runs of 4 groups (64 outputs) when that is more (each
-// group streams the activations once whatever the chunk, so small chunks cost nothing, while
-// with 4 a thread the last kept the others waiting about half a chunk at every product).
+// How the GEMM drivers (int8, bf16-dot, and the x86-64 packed FP32 path's panels of 16 outputs)
+// split a product's output groups over threads: in chunks of whole groups, more chunks than
+// threads so uneven cores finish together: at least 4 per thread, and as many as there are runs
+// of 4 groups (64 outputs) when that is more. Each run of 4 streams the activations once
+// whatever the chunk, so small chunks cost nothing, while with 4 a thread the last kept the
+// others waiting about half a chunk at every product (2 threads, 8k-token prefill at 0.8B
+// dimensions, FP32: cores busy 95.3% of the wall time before, 97.7% after).
 // Private to the kernel layer; no instruction set here.
 #pragma once
 #include <algorithm>

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpu/gemm_tile.h"
+#include "cpu/group_chunks.h"
 #include "cpu/kernel_order.h"
 #include "cpu/x86/levels.h"
 #include "cpu/x86/target.h"
@@ -71,9 +72,6 @@ KEV_AVX2 void kernel_avx2(const float* x, int64_t ldx, const uint16_t* w, int64_
 // its own products in ascending k, and the tree is the same: results are bit-identical to the
 // other paths.
 constexpr int kLmMr = 6, kLmNr = 16;
-// Outputs whose weights a thread packs together and whose micro-kernel calls share one pass over
-// the packed activations (4 x 16).
-constexpr int64_t kLmGroupCols = 64;
 
 inline int64_t lane_depth(int64_t k_total, int l) {
   return k_total > l ? (k_total - l + kLanes - 1) / kLanes : 0;
@@ -348,7 +346,7 @@ void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, fl
   // (6 x d_l floats, L1) meet the lane's weights of every 16 outputs of the group (L2), so the
   // packed activations stream from memory once per group rather than once per 16 outputs. The
   // block's lane sums wait in `lanes` (6 KiB per tile and 16 outputs) until the tree.
-  constexpr int64_t kGroup = kLmGroupCols / kLmNr, kTilesPerBlock = 4, kTileSums = kLmMr * kLmNr;
+  constexpr int64_t kGroup = 4, kTilesPerBlock = 4, kTileSums = kLmMr * kLmNr;
   thread_local std::vector<float> wp, lanes;
   if (wp.size() < static_cast<size_t>(kGroup * kLmNr * k_total))
     wp.resize(static_cast<size_t>(kGroup * kLmNr * k_total));
@@ -404,8 +402,9 @@ void run_range_lane_major(const float* xp, int64_t rows, const Bf16Matrix& w, fl
 
 // The lane-major product over all threads: activations packed up to kLmPackBytes at a time
 // (shared by all threads: 32 MiB, a whole 2,048-token prefill step at 0.8B dimensions, 906 rows
-// at K = 9216), outputs split in multiples of 16; each worker packs its outputs' weights once
-// per chunk. Declines batches too small to pay for the packing.
+// at K = 9216), outputs split in panels of 16 as group_chunks splits them (runs of 4 panels: one
+// output group of run_range_lane_major); each worker packs its outputs' weights once per chunk.
+// Declines batches too small to pay for the packing.
 bool lane_major(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, float* y,
                 int64_t ldy, size_t threads, bool wide) {
   if (rows < kPackMinRows || w.rows < kPackMinCols) return false;
@@ -413,16 +412,8 @@ bool lane_major(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, 
   const int64_t k_total = w.cols;
   const int64_t chunk_rows =
       std::max<int64_t>(1, kLmPackBytes / (k_total * int64_t{sizeof(float)}) / kLmMr) * kLmMr;
-  // Chunks of one output group each (64 outputs: the packed activations stream once per group
-  // either way) where there are enough: with 4 chunks a thread, the last to finish kept the
-  // other waiting about half a chunk at every product (2 threads, 8k-token prefill at 0.8B
-  // dimensions: cores busy 95.3% of the wall time before, 97.7% after).
-  const int64_t chunks =
-      std::max(static_cast<int64_t>(threads) * 4, (w.rows + kLmGroupCols - 1) / kLmGroupCols);
   thread_local std::vector<float> xp;
-  int64_t per_lm = (w.rows + chunks - 1) / chunks;
-  per_lm = std::max<int64_t>(kLmNr, (per_lm + kLmNr - 1) / kLmNr * kLmNr);
-  const int64_t count_lm = (w.rows + per_lm - 1) / per_lm;
+  const int64_t panels = (w.rows + kLmNr - 1) / kLmNr;  // of 16 outputs
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t rn = std::min(chunk_rows, rows - r0), tiles = (rn + kLmMr - 1) / kLmMr;
     if (xp.size() < static_cast<size_t>(tiles * kLmMr * k_total))
@@ -437,13 +428,9 @@ bool lane_major(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, 
           lm_pack_rows(xc, rn, ldx, k_total, m0, xpd + m0 * k_total);
         },
         threads);
-    parallel_for(
-        static_cast<size_t>(count_lm),
-        [&](size_t c) {
-          int64_t n0 = static_cast<int64_t>(c) * per_lm;
-          run_range_lane_major(xpd, rn, w, yc, ldy, n0, std::min(w.rows, n0 + per_lm), wide);
-        },
-        threads);
+    group_chunks::run(panels, threads, 1, [&](int64_t p0, int64_t p1) {
+      run_range_lane_major(xpd, rn, w, yc, ldy, p0 * kLmNr, std::min(w.rows, p1 * kLmNr), wide);
+    });
   }
   return true;
 }
