@@ -21,7 +21,10 @@ What it does, all at bench time and outside the repository:
    by default: 17 GB at 4B dims), BF16, and Q8_0 when kev has an int8 mode.
 3. Rounds (median of --rounds): in each round, per dims, the runs alternate kev and llama.cpp:
    - kev: `kev forward --threads T` on an N-token state (N - 1 prefix tokens and a 1-token row:
-     only the last position is read out, as a state's questions read it) and on a 1-token row
+     only the last position is read out, as a state's questions read it; so the last layer skips
+     the prefix rows' outputs, as `kev serve` does when it prefills a state, while llama.cpp's
+     Qwen3.5 graph computes every row's last layer and selects the read row after the final
+     norm) and on a 1-token row
      (both cold processes, after an untimed 1-token run that brings the bundle into the page
      cache); prefill tokens/s = (N - 1) / (tN - t1), i.e. the load and the first token cancel
      (docs/performance.md, "Peer benchmark: llama.cpp").
@@ -234,6 +237,10 @@ def main():
                     help="run both engines at this instruction-set level below the CPU's best: kev with "
                          "KEV_ISA, llama.cpp built without GGML_NATIVE for that level only (its own build "
                          "folder). Default: each engine's best for this CPU")
+    ap.add_argument("--llama-types",
+                    help="run only these of the llama.cpp weight types the pairings bring (comma list of "
+                         "F32, BF16, Q8_0; default: all of them). A long state's llama.cpp run takes "
+                         "minutes a type: --precisions fp32 --llama-types F32 runs the fp32 / F32 pair alone")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     kev = os.path.abspath(a.kev)
@@ -246,6 +253,11 @@ def main():
     if unknown:
         sys.exit(f"--precisions: unknown {unknown}; one or more of {list(PAIRINGS)}")
     kev_precisions = [p for p in PAIRINGS if p in asked and (p == "fp32" or "--precision" in help_text)]
+    wanted = [t for p in kev_precisions for t in PAIRINGS[p]]
+    only = a.llama_types.split(",") if a.llama_types else wanted
+    if not set(only) <= set(wanted):
+        sys.exit(f"--llama-types: {a.llama_types!r} is not a comma list of the types the precisions pair with "
+                 f"({sorted(set(wanted))})")
     try:
         lengths = [int(t) for t in a.tokens.split(",")]
     except ValueError:
@@ -260,7 +272,8 @@ def main():
     plan = {}
     for dims in dims_list:
         types = sorted({t for p in kev_precisions for t in PAIRINGS[p]
-                        if t != "F32" or dims in a.f32_at.split(",")}, key=["F32", "BF16", "Q8_0"].index)
+                        if t in only and (t != "F32" or dims in a.f32_at.split(","))},
+                       key=["F32", "BF16", "Q8_0"].index)
         bundle = kev_bundle(kev, a.work, dims)
         plan[dims] = (bundle, ggufs(src, bins, bundle, a.work, dims, types))
     inputs = kev_inputs(a.work, lengths)

@@ -3,6 +3,8 @@
 // Input JSON: {"prefix": [ids] (optional), "rows": [{"ids": [...], "positions": [...]}]}.
 // Output safetensors (written to a temporary file beside OUT, then renamed into place):
 // `row.<i>` F32 [len, hidden] per row, plus `prefix` F32 [len, hidden] with --with-prefix.
+// Without --with-prefix the prefix is prefilled as a state is (its rows' outputs are not
+// computed); the rows' outputs are the same bits either way.
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -77,7 +79,8 @@ int run_forward(const Options& o) {
   const int64_t h = model->config().hidden;
   PrefixState state = model->empty_state();
   std::vector<float> prefix_hidden;
-  if (!prefix.empty()) state = model->extend(state, prefix, {}, &prefix_hidden);
+  if (!prefix.empty())
+    state = model->extend(state, prefix, {}, o.with_prefix ? &prefix_hidden : nullptr);
   std::vector<RowResult> results = model->run_rows(state, rows);
 
   std::vector<TensorSpec> specs;

@@ -95,6 +95,11 @@ def test_parity_with_prefix_rows_and_reuse(model, tmp_path):
     one = forward(path, tmp_path, {"rows": [{"ids": long_prefix + rows[1]}]})["row.0"]
     assert torch.equal(split["prefix"], one[:len(long_prefix)])
     assert torch.equal(split["row.0"], one[len(long_prefix):])
+    # Without --with-prefix no prefix row is read (the last layer skips their outputs in every
+    # 2,048-token step): the row keeps its bits.
+    state_only = forward(path, tmp_path, {"prefix": long_prefix, "rows": [{"ids": rows[1]}]})
+    assert "prefix" not in state_only
+    assert torch.equal(state_only["row.0"], split["row.0"])
     # More rows than one internal batch holds (4,096 tokens): still each row's own result.
     many = [ids(300, 100 + i, v) for i in range(15)] + [rows[1]]
     big = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": r} for r in many]})
