@@ -1,4 +1,5 @@
-"""Shared by the serving benchmarks (serve_bench.py, batch_bench.py): a synthetic bundle, a
+"""Shared by the serving benchmarks (serve_bench.py, batch_bench.py, growing_bench.py,
+long_state_replay.py): a synthetic bundle, a
 closed-loop HTTP load generator for POST /v1/systemone on loopback, and a nearest-rank percentile.
 
 synth_bundle(kev, directory, shape, seed) runs kev synth -> kev pin -> kev export under
@@ -10,12 +11,24 @@ http_run(port, reqs, concurrency) sends every request once from `concurrency` ke
 threads (each takes the next request as soon as its previous one is answered) and returns
 (requests per second over the whole run, per-request latency in seconds, per-request response
 bodies). Any non-200 answer stops the run with RuntimeError naming the status and the body.
+
+comparable(body) is a response body without what differs between a cold and a cached answer
+(latency, cached-token counts), as a canonical string: equal strings, equal answers.
 """
 import http.client
 import json
 import subprocess
 import threading
 import time
+
+def comparable(body):
+    """The response without latency_ms and the cached-token counts, canonical JSON."""
+    body = json.loads(json.dumps(body))
+    body.pop("latency_ms", None)
+    body["usage"].pop("cached_tokens", None)
+    body["usage"].pop("input_tokens_details", None)
+    return json.dumps(body, sort_keys=True)
+
 
 MODEL_OF_SHAPE = {"0.8b": "kev-0.8b", "tiny-0.8b": "kev-0.8b", "tiny-27b": "kev-27b"}
 

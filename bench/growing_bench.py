@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import synth_bundle
+from benchlib import comparable, synth_bundle
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 QUESTIONS = {"next": {"type": "choice", "instructions": "What should the agent do next?",
@@ -84,14 +84,6 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def comparable(body):
-    body = json.loads(json.dumps(body))
-    body.pop("latency_ms", None)
-    body["usage"].pop("cached_tokens", None)
-    body["usage"].pop("input_tokens_details", None)
-    return json.dumps(body, sort_keys=True)
 
 
 def interpolate(samples, n):

@@ -271,8 +271,7 @@ def main():
 
     plan = {}
     for dims in dims_list:
-        types = sorted({t for p in kev_precisions for t in PAIRINGS[p]
-                        if t in only and (t != "F32" or dims in a.f32_at.split(","))},
+        types = sorted({t for t in only if t != "F32" or dims in a.f32_at.split(",")},
                        key=["F32", "BF16", "Q8_0"].index)
         bundle = kev_bundle(kev, a.work, dims)
         plan[dims] = (bundle, ggufs(src, bins, bundle, a.work, dims, types))

@@ -5,7 +5,8 @@ Starts `kev serve` on a bundle and, with the standard library's HTTP client:
   1. state A: one /v1/systemone request whose state is --words random words (about 2.3 tokens a
      word with the synthetic tokenizer: 27,600 words are ~64,600 tokens, under Kev 1.0's 65,536)
      and two `noul` questions; latency, usage, the server's peak memory;
-  2. state A again: answered from the saved point (cached_tokens), its answers compared with 1.;
+  2. state A again: answered from the saved point (cached_tokens), its response compared with 1.
+     but for latency and cached-token counts (benchlib.comparable);
   3. state B (other words) with SIGTERM sent --sigterm-after seconds into it: B's status and the
      seconds from the signal to the server's exit (the drain bound: docs/serving.md).
 The server's VmRSS / RssAnon / RssFile are sampled every second from /proc. Linux only.
@@ -21,6 +22,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+from benchlib import comparable
 
 WORDS = ("the customer wrote again about the late parcel and asked for a refund because the box arrived "
          "damaged while the courier said it was left at the door on monday after two failed attempts to "
@@ -71,30 +74,11 @@ class MemorySampler(threading.Thread):
             time.sleep(1)
 
 
-def wait_healthy(port, seconds=600):
-    end = time.time() + seconds
-    while time.time() < end:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit("kev serve did not answer /health")
-
-
-def answers(body):
-    try:
-        return json.loads(body).get("answers")
-    except ValueError:
-        return None
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kev", required=True)
     ap.add_argument("--bundle", required=True)
     ap.add_argument("--words", type=int, default=27600, help="words of each state (default 27,600)")
-    ap.add_argument("--port", type=int, default=18765)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sigterm-after", type=float, default=120.0,
                     help="seconds into state B at which the server gets SIGTERM")
@@ -104,22 +88,26 @@ def main():
         raise SystemExit("--words must be positive and --sigterm-after not negative")
 
     with open(a.log, "w") as log:
-        srv = subprocess.Popen([a.kev, "serve", "--bundle", a.bundle, "--port", str(a.port), "--threads",
-                                str(a.threads), "--usage-details", "--decimals", "-1"], stderr=log)
+        srv = subprocess.Popen([a.kev, "serve", "--bundle", a.bundle, "--port", "0", "--threads",
+                                str(a.threads), "--usage-details", "--decimals", "-1"], stdout=subprocess.PIPE,
+                               stderr=log, text=True)
     sampler = MemorySampler(srv.pid)
     sampler.start()
     try:
-        wait_healthy(a.port)
+        line = srv.stdout.readline()  # {"listening": URL, "model": ...} once loaded
+        if not line:
+            raise SystemExit(f"kev serve exited before listening (its stderr: {a.log})")
+        port = int(json.loads(line)["listening"].rsplit(":", 1)[1])
         time.sleep(3)
         print("after loading", dict(sampler.peak), flush=True)
-        first = post(a.port, request_body(1, a.words))
+        first = post(port, request_body(1, a.words))
         print("state A:", first[0], first[2], "s", first[1][:600], "peak", dict(sampler.peak), flush=True)
-        again = post(a.port, request_body(1, a.words))
-        same = answers(again[1]) is not None and answers(again[1]) == answers(first[1])
-        print("state A again:", again[0], again[2], "s", "answers identical" if same else "answers DIFFERENT",
+        again = post(port, request_body(1, a.words))
+        same = first[0] == again[0] == 200 and comparable(json.loads(again[1])) == comparable(json.loads(first[1]))
+        print("state A again:", again[0], again[2], "s", "response identical but for latency and cached tokens" if same else "response DIFFERENT",
               again[1][-300:], flush=True)
         second = {}
-        th = threading.Thread(target=lambda: second.update(r=post(a.port, request_body(2, a.words))))
+        th = threading.Thread(target=lambda: second.update(r=post(port, request_body(2, a.words))))
         th.start()
         time.sleep(a.sigterm_after)
         t = time.time()
