@@ -10,7 +10,8 @@
 namespace kev {
 namespace {
 
-constexpr JsonLimits kLimits{.max_object_keys = 4096, .max_array_elements = 4096, .max_depth = 64};
+constexpr JsonLimits kLabelLimits{
+    .max_object_keys = 4096, .max_array_elements = 4096, .max_depth = 64};
 
 // The option index a label names (docs/acceptance.md "Labels").
 size_t label_index(const ApiQuestion& q, const OrderedJson& v) {
@@ -43,7 +44,7 @@ size_t label_index(const ApiQuestion& q, const OrderedJson& v) {
 
 std::vector<LabelledLogits> parse_logits_text(std::string_view text, const std::string& name) {
   std::vector<LabelledLogits> out;
-  for_each_json_line_in(text, name, kLimits, [&](const OrderedJson& o, size_t) {
+  for_each_json_line_in(text, name, kLabelLimits, [&](const OrderedJson& o, size_t) {
     if (!o.is_object()) fail(ErrorKind::kBadInput, "expected {{\"logits\": [...], \"label\": i}}");
     auto z = o.find("logits");
     auto y = o.find("label");
@@ -69,7 +70,7 @@ std::vector<LabelledLogits> parse_logits_text(std::string_view text, const std::
 
 std::vector<LabelledRequest> parse_labels_text(std::string_view text, const std::string& name) {
   std::vector<LabelledRequest> out;
-  for_each_json_line_in(text, name, kLimits, [&](const OrderedJson& line, size_t number) {
+  for_each_json_line_in(text, name, kLabelLimits, [&](const OrderedJson& line, size_t number) {
     if (!line.is_object()) fail(ErrorKind::kBadInput, "a labelled request must be a JSON object");
     auto labels = line.find("labels");
     if (labels == line.end() || !labels->is_object())

@@ -10,7 +10,8 @@ namespace kev {
 namespace {
 
 // Results are small documents; these bounds keep a hostile file from costing more than its size.
-constexpr JsonLimits kLimits{.max_object_keys = 4096, .max_array_elements = 4096, .max_depth = 32};
+constexpr JsonLimits kResultLimits{
+    .max_object_keys = 4096, .max_array_elements = 4096, .max_depth = 32};
 
 struct Where {
   const std::string& name;
@@ -128,7 +129,7 @@ ResultFile parse_result_file(std::string_view text, const std::string& name) {
     const Where w{name, line};
     OrderedJson o;
     try {
-      o = parse_json_strict(s, "the line", kLimits);
+      o = parse_json_strict(s, "the line", kResultLimits);
     } catch (const Error& e) {
       bad(w, e.what());
     }

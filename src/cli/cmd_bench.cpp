@@ -94,7 +94,7 @@ int run_bench_command(const BenchOptions& o) {
   return all_ok ? 0 : 1;
 }
 
-const bool registered = register_command(
+const bool bench_registered = register_command(
     "bench",
     "replay JSON Lines requests against a server (--url) or a bundle (--bundle): latency, "
     "throughput, errors, results file",

@@ -158,7 +158,7 @@ int run_calibrate(const CalibrateOptions& o) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool calibrate_registered = register_command(
     "calibrate",
     "fit the calibration temperature on labelled questions; accuracy, NLL, Brier, ECE before and "
     "after",

@@ -172,7 +172,7 @@ int run_compare(const CompareOptions& o) {
   return pass ? 0 : kGateFailed;
 }
 
-const bool registered = register_command(
+const bool compare_registered = register_command(
     "compare",
     "per-question probability drift and argmax flips between two result files, with gates",
     [](CLI::App& app) {

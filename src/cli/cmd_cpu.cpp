@@ -10,7 +10,7 @@
 
 namespace {
 
-const bool registered = kev::cli::register_command(
+const bool cpu_registered = kev::cli::register_command(
     "cpu", "the instruction sets this CPU supports and the kernel variants in use (JSON)",
     [](CLI::App&) {
       return [] {

@@ -70,7 +70,7 @@ int run_encode(const EncodeOptions& o) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool encode_registered = register_command(
     "encode", "encode an API request (stdin) into Kev token rows (JSON out)", [](CLI::App& app) {
       auto o = std::make_shared<EncodeOptions>();
       app.add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(path())->required();

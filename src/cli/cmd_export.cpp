@@ -45,7 +45,7 @@ int run(const Options& o) {
   return 0;
 }
 
-const bool registered = kev::cli::register_command(
+const bool export_registered = kev::cli::register_command(
     "export",
     "verify pinned inputs, merge the LoRA adapter (or copy full weights), publish a native bundle",
     [](CLI::App& app) {

@@ -110,7 +110,7 @@ int run_forward(const Options& o) {
   return 0;
 }
 
-const bool registered =
+const bool forward_registered =
     register_command("forward", "backbone hidden states for token rows", [](CLI::App& app) {
       auto o = std::make_shared<Options>();
       app.add_option("--bundle", o->bundle, "model directory (export bundle or base checkpoint)")

@@ -136,7 +136,7 @@ int run_head(const HeadOptions& opts) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool head_registered = register_command(
     "head", "pointer-head logits and calibrated probabilities for hidden states (JSON on stdin)",
     [](CLI::App& app) {
       auto opts = std::make_shared<HeadOptions>();

@@ -9,7 +9,7 @@
 
 namespace {
 
-const bool registered = kev::cli::register_command(
+const bool pin_registered = kev::cli::register_command(
     "pin", "write a pinned recipe from a trusted local download", [](CLI::App& app) {
       auto o = std::make_shared<kev::PinOptions>();
       app.add_option("--base", o->base_dir,

@@ -64,7 +64,7 @@ int run_score(const ScoreOptions& o) {
   return status;
 }
 
-const bool registered = register_command(
+const bool score_registered = register_command(
     "score", "score API-shaped requests (JSON, or JSON Lines with --jsonl) from a bundle",
     [](CLI::App& app) {
       auto o = std::make_shared<ScoreOptions>();

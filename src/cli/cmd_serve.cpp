@@ -152,7 +152,7 @@ int run_serve(ServeCliOptions& o) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool serve_registered = register_command(
     "serve",
     "serve the System1-Omni HTTP API (/v1/systemone, /health, /v1/models; docs/api.md) from "
     "a bundle",

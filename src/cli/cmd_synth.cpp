@@ -58,7 +58,7 @@ int run_synth(const Options& o) {
   return 0;
 }
 
-const bool registered = kev::cli::register_command(
+const bool synth_registered = kev::cli::register_command(
     "synth", "write a synthetic Kev checkpoint (base + adapter + head.pt) in the released layout",
     [](CLI::App& app) {
       auto o = std::make_shared<Options>();

@@ -73,7 +73,7 @@ int run_tokenize(const TokenizeOptions& o) {
   return 0;
 }
 
-const bool registered = register_command(
+const bool tokenize_registered = register_command(
     "tokenize", "tokenize text from stdin with a tokenizer.json (JSON ids out)", [](CLI::App& app) {
       auto o = std::make_shared<TokenizeOptions>();
       app.add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(path())->required();

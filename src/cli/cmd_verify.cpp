@@ -9,7 +9,7 @@
 
 namespace {
 
-const bool registered = kev::cli::register_command(
+const bool verify_registered = kev::cli::register_command(
     "verify", "re-hash an export bundle against its manifest", [](CLI::App& app) {
       auto dir = std::make_shared<std::string>();
       app.add_option("dir", *dir, "bundle directory")->check(kev::cli::path())->required();

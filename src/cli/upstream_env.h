@@ -24,7 +24,9 @@ inline std::optional<std::string> env(const char* name) {
   return std::string(v);
 }
 
-inline std::string shown(const std::string& v) {
+// A variable's value as an error message shows it: cut to 64 characters, each one outside
+// printable ASCII replaced by '?'.
+inline std::string env_value_shown(const std::string& v) {
   std::string out;
   for (unsigned char c : v.substr(0, 64)) out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
   return out;
@@ -34,7 +36,7 @@ inline std::optional<bool> env_bool(const char* name) {
   auto v = env(name);
   if (!v) return std::nullopt;
   if (*v != "0" && *v != "1")
-    fail(ErrorKind::kBadInput, "{} must be 0 or 1, not \"{}\"", name, shown(*v));
+    fail(ErrorKind::kBadInput, "{} must be 0 or 1, not \"{}\"", name, env_value_shown(*v));
   return *v == "1";
 }
 
@@ -45,7 +47,7 @@ inline std::optional<size_t> env_count(const char* name) {
   auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
   if (ec != std::errc() || end != v->data() + v->size() || n > (size_t{1} << 40))
     fail(ErrorKind::kBadInput, "{} must be a whole number of at most 2^40, not \"{}\"", name,
-         shown(*v));
+         env_value_shown(*v));
   return n;
 }
 
@@ -74,7 +76,7 @@ inline std::optional<Precision> env_dtype() {
     fail(ErrorKind::kUnsupported,
          "KEV_DTYPE={} (float16) is not computed by kev: use fp32 or bf16 (or --precision)", *v);
   fail(ErrorKind::kBadInput, "KEV_DTYPE must be fp32, float32, bf16 or bfloat16, not \"{}\"",
-       shown(*v));
+       env_value_shown(*v));
 }
 
 // After parsing: each variable whose flag was not given sets its option.

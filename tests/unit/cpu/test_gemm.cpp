@@ -15,10 +15,6 @@ namespace kev {
 namespace {
 
 using gemm_test::Problem;
-Problem make(int64_t m, int64_t k, int64_t n, unsigned seed) {
-  return gemm_test::make_uniform(m, k, n, seed);
-}
-
 std::vector<float> run(const Problem& p, Isa isa, size_t threads) {
   std::vector<float> y(static_cast<size_t>(p.m * p.n), NAN);
   gemm_bf16_isa(isa, p.x.data(), p.m, p.k, p.mat(), y.data(), p.n, threads);
@@ -28,7 +24,7 @@ std::vector<float> run(const Problem& p, Isa isa, size_t threads) {
 TEST(Gemm, MatchesDoubleReference) {
   for (auto [m, k, n] :
        {std::tuple{1, 1, 1}, {7, 83, 11}, {5, 16, 9}, {13, 256, 33}, {4, 1000, 4}}) {
-    Problem p = make(m, k, n, 7);
+    Problem p = gemm_test::make_uniform(m, k, n, 7);
     for (Isa isa : supported_isas()) {
       std::vector<float> y = run(p, isa, 2);
       for (int64_t i = 0; i < m; ++i)
@@ -47,7 +43,7 @@ TEST(Gemm, MatchesDoubleReference) {
 }
 
 TEST(Gemm, IsaThreadAndBatchIndependentBitwise) {
-  Problem p = make(19, 211, 37, 11);
+  Problem p = gemm_test::make_uniform(19, 211, 37, 11);
   std::vector<float> base = run(p, Isa::kPortable, 1);
   for (Isa isa : supported_isas())
     for (size_t threads : {1, 2, 3}) EXPECT_EQ(run(p, isa, threads), base) << isa_name(isa);
@@ -61,7 +57,7 @@ TEST(Gemm, IsaThreadAndBatchIndependentBitwise) {
 }
 
 TEST(Gemm, UnalignedWeightsAndStrides) {
-  Problem p = make(6, 40, 10, 3);
+  Problem p = gemm_test::make_uniform(6, 40, 10, 3);
   std::vector<uint16_t> shifted(p.w.size() + 1);
   std::copy(p.w.begin(), p.w.end(), shifted.begin() + 1);
   std::vector<float> xs(static_cast<size_t>(p.m * 50));
@@ -112,7 +108,7 @@ TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
   shapes.emplace_back(910, 9231, 64);  // the packs are the x86-64 family's
 #endif
   for (auto [m, k, n] : shapes) {
-    Problem p = make(m, k, n, static_cast<unsigned>(m * 7 + k));
+    Problem p = gemm_test::make_uniform(m, k, n, static_cast<unsigned>(m * 7 + k));
     std::vector<float> want = contract_order(p);
     for (Isa isa : supported_isas())
       for (size_t threads : {1, 2, 3, 5})
@@ -133,7 +129,7 @@ TEST(Gemm, PrefillBatchesMatchContractOrderBitwise) {
 // The packed path with a row stride wider than K, an output stride wider than N, and weights
 // not 4-byte aligned.
 TEST(Gemm, PrefillBatchStridesAndAlignment) {
-  Problem p = make(11, 530, 70, 5);
+  Problem p = gemm_test::make_uniform(11, 530, 70, 5);
   std::vector<float> want = contract_order(p);
   std::vector<uint16_t> shifted(p.w.size() + 1);
   std::copy(p.w.begin(), p.w.end(), shifted.begin() + 1);

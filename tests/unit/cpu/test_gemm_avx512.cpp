@@ -174,10 +174,6 @@ TEST(Avx512Emulation, Dpbf16FollowsTheSdm) {
 // ---- int8: emulated kernel == portable kernel, bit for bit ----
 
 using gemm_test::Problem;
-Problem make(int64_t m, int64_t k, int64_t n, unsigned seed) {
-  return gemm_test::make_normal(m, k, n, seed);
-}
-
 std::vector<float> run_int8(const Problem& p, const Int8Matrix& q, Int8Kernel k, size_t threads) {
   std::vector<float> y(static_cast<size_t>(p.m * p.n), NAN);
   gemm_int8_kernel(k, p.x.data(), p.m, p.k, q, y.data(), p.n, threads);
@@ -192,7 +188,7 @@ TEST(GemmAvx512Int8, EmulatedEqualsPortableBitwise) {
   unsigned seed = 10;
   for (int64_t k : {32, 100, 71, 256})
     for (int64_t n : {1, 16, 40, 72, 100}) {
-      const Problem p = make(13, k, n, seed++);
+      const Problem p = gemm_test::make_normal(13, k, n, seed++);
       const Int8Matrix q = quantize_int8(p.mat(), 1);
       for (int64_t m = 1; m <= 13; ++m) {
         Problem pm = p;
@@ -245,7 +241,7 @@ TEST(GemmAvx512Int8, RealEqualsEmulatedBitwise) {
   unsigned seed = 50;
   for (int64_t k : {32, 100, 2560})
     for (int64_t n : {16, 72, 100}) {
-      const Problem p = make(13, k, n, seed++);
+      const Problem p = gemm_test::make_normal(13, k, n, seed++);
       const Int8Matrix q = quantize_int8(p.mat(), 1);
       const auto want = run_int8(p, q, int8_named("avx512vnni-emulated"), 1);
       for (Int8Kernel kern : kernels)
@@ -287,7 +283,8 @@ double bf16_round(float f) {
 }
 
 TEST(GemmAvx512Bf16, PackedPairLayout) {
-  const Problem p = make(1, 7, 19, 3);  // odd cols (one padded pair), a partial second group
+  const Problem p =
+      gemm_test::make_normal(1, 7, 19, 3);  // odd cols (one padded pair), a partial second group
   const Bf16PairMatrix pm = pack_bf16_pairs(p.mat(), 2);
   ASSERT_EQ(pm.pairs, 4);
   ASSERT_EQ(pm.groups, 2);
@@ -334,7 +331,7 @@ TEST(GemmAvx512Bf16, EmulatedWithinBoundOfFloat64) {
   unsigned seed = 70;
   for (int64_t k : {1, 2, 31, 64, 99, 256})
     for (int64_t n : {1, 16, 40, 72, 100}) {
-      const Problem p = make(13, k, n, seed++);
+      const Problem p = gemm_test::make_normal(13, k, n, seed++);
       const Bf16PairMatrix w = pack_bf16_pairs(p.mat(), 1);
       const auto y = run_bf16(p, w, bf16_named("avx512bf16-emulated"), 2);
       expect_within_bound(p, y, "emulated");
@@ -361,7 +358,7 @@ TEST(GemmAvx512Bf16, EmulatedWithinBoundOfFloat64) {
 
 // Each output depends only on its own row and column: any batch and thread split, bitwise.
 TEST(GemmAvx512Bf16, EmulatedBatchAndThreadIndependent) {
-  const Problem p = make(13, 99, 72, 90);
+  const Problem p = gemm_test::make_normal(13, 99, 72, 90);
   const Bf16PairMatrix w = pack_bf16_pairs(p.mat(), 1);
   const auto all = run_bf16(p, w, bf16_named("avx512bf16-emulated"), 1);
   for (size_t threads : {2, 3})
@@ -391,7 +388,7 @@ TEST(GemmAvx512Bf16, RealWithinBoundAndComparedWithEmulation) {
   int differing = 0;
   for (int64_t k : {2, 99, 2560})
     for (int64_t n : {16, 72, 100}) {
-      const Problem p = make(13, k, n, seed++);
+      const Problem p = gemm_test::make_normal(13, k, n, seed++);
       const Bf16PairMatrix w = pack_bf16_pairs(p.mat(), 1);
       const auto real = run_bf16(p, w, *avx512bf16, 3);
       expect_within_bound(p, real, "avx512bf16");

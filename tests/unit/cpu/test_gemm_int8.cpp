@@ -16,10 +16,6 @@ namespace kev {
 namespace {
 
 using gemm_test::Problem;
-Problem make(int64_t m, int64_t k, int64_t n, unsigned seed) {
-  return gemm_test::make_normal(m, k, n, seed);
-}
-
 std::vector<float> run(const Problem& p, const Int8Matrix& q, Isa isa, size_t threads) {
   std::vector<float> y(static_cast<size_t>(p.m * p.n), NAN);
   gemm_int8_isa(isa, p.x.data(), p.m, p.k, q, y.data(), p.n, threads);
@@ -56,7 +52,7 @@ TEST(GemmInt8, CloseToUnquantizedProduct) {
                          {13, 256, 33},
                          {4, 1000, 4},
                          {9, 1024, 70}}) {
-    Problem p = make(m, k, n, 11);
+    Problem p = gemm_test::make_normal(m, k, n, 11);
     Int8Matrix q = quantize_int8(p.mat(), 2);
     for (Isa isa : supported_isas()) {
       std::vector<float> y = run(p, q, isa, 2);
@@ -83,7 +79,7 @@ TEST(GemmInt8, CloseToUnquantizedProduct) {
 }
 
 TEST(GemmInt8, BitwiseAcrossIsaBatchAndThreads) {
-  Problem p = make(23, 700, 53, 5);
+  Problem p = gemm_test::make_normal(23, 700, 53, 5);
   Int8Matrix q = quantize_int8(p.mat(), 1);
   EXPECT_EQ(q.scale, quantize_int8(p.mat(), 3).scale);
   std::vector<float> ref = run(p, q, Isa::kPortable, 1);

@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "export/error_kind.h"
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
@@ -44,16 +45,7 @@ std::string good_recipe(const std::string& config_hash = "null") {
     "lora": {"rank": 16, "alpha": 32, "targets": 248}})";
 }
 
-ErrorKind kind_of(const std::function<void()>& fn, std::string* message = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.kind();
-  }
-  ADD_FAILURE() << "no kev::Error thrown";
-  return ErrorKind::kInternal;
-}
+using export_test::kind_of;
 
 TEST(Recipe, ParsesTheShippedRecipe) {
   Recipe r = load_recipe(std::string(KEV_SOURCE_DIR) + "/recipes/kev-4b.json");

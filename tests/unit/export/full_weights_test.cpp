@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "export/error_kind.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
 #include "kev/core/sha256.h"
@@ -17,16 +18,7 @@
 namespace kev {
 namespace {
 
-ErrorKind kind_of(const std::function<void()>& fn, std::string* message = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.kind();
-  }
-  ADD_FAILURE() << "no kev::Error thrown";
-  return ErrorKind::kInternal;
-}
+using export_test::kind_of;
 
 const char* kFullRecipe = R"({"format": "kev-4b-merged/1", "model": "kev-27b", "weights": "full",
   "base": {"repo": "Qwen/Qwen3.8-27B", "revision": null},
