@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs one pipeline with two kev binaries (usage: cross_arch.sh KEV_A KEV_B [WORKDIR]): for each
+# Runs one pipeline with one or two kev binaries (usage: cross_arch.sh KEV_A [KEV_B]): for each
 # binary and each kernel level it offers
 # (`kev cpu`: every supported level of its architecture, forced with KEV_ISA), it exports the
 # same synthetic checkpoint (bundle bytes: the LoRA merge), runs `kev forward` on fixed token
@@ -11,24 +11,41 @@
 # sequences of IEEE operations, include/kev/core/fixed_math.h, not the platform's libm). bf16 is
 # checked with the AVX512-BF16 dot kernel off (KEV_GEMM_ISA capped below avx512 on x86), the one
 # variant documented to differ.
+#   KEV_CROSS_WIDE=1 runs the forward (every precision, both GDN forms) on a second model too,
+#   at Qwen3.5-0.8B's per-layer widths (hidden 1024, MLP 3584, 8 x 256 attention heads, 16 x 128
+#   GDN heads; 4 layers), the shapes oracle/test_precision.py holds to its budgets: GEMM tiles
+#   and head counts the tiny model's widths never reach.
+#   KEV_CROSS_WORK keeps the files in that folder (default: a new temporary one).
 set -euo pipefail
-kev_a=$1 kev_b=$2
-work=${3:-$(mktemp -d -t kev-cross.XXXXXX)}
+kev_a=$1 kev_b=${2:-}
+work=${KEV_CROSS_WORK:-$(mktemp -d -t kev-cross.XXXXXX)}
 mkdir -p "$work"
-here=$(cd "$(dirname "$0")/.." && pwd)
+binaries=(a)
+[ -z "$kev_b" ] || binaries+=(b)
+models=(tiny)
+[ "${KEV_CROSS_WIDE:-0}" != 1 ] || models+=(wide)
+synth_tiny=(--seed 7)
+synth_wide=(--seed 7 --hidden 1024 --intermediate 3584 --layers 4 --heads 8 --kv-heads 2
+  --head-dim 256 --linear-key-heads 16 --linear-value-heads 16 --linear-key-dim 128
+  --linear-value-dim 128)
 
 # Inputs, made by the first binary. synth is not a kernel path, but its bytes are checked too:
-# the second binary makes the same checkpoint, which must be identical file for file.
-"$kev_a" synth --quiet --out "$work/synth" --seed 7
-"$kev_b" synth --quiet --out "$work/synth-b" --seed 7
+# the second binary makes the same checkpoints, which must be identical file for file.
 tree_sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
-if ! cmp -s <(tree_sums "$work/synth") <(tree_sums "$work/synth-b"); then
-  echo "cross_arch: the two binaries' synth checkpoints differ:" >&2
-  diff <(tree_sums "$work/synth") <(tree_sums "$work/synth-b") >&2 || true
-  exit 1
-fi
-"$kev_a" pin --quiet --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" \
-  --out "$work/recipe.json"
+for model in "${models[@]}"; do
+  declare -n synth_args="synth_$model"
+  "$kev_a" synth --quiet --out "$work/synth-$model" "${synth_args[@]}"
+  if [ -n "$kev_b" ]; then
+    "$kev_b" synth --quiet --out "$work/synth-$model-b" "${synth_args[@]}"
+    if ! cmp -s <(tree_sums "$work/synth-$model") <(tree_sums "$work/synth-$model-b"); then
+      echo "cross_arch: the two binaries' synth checkpoints ($model) differ:" >&2
+      diff <(tree_sums "$work/synth-$model") <(tree_sums "$work/synth-$model-b") >&2 || true
+      exit 1
+    fi
+  fi
+done
+"$kev_a" pin --quiet --base "$work/synth-tiny/base" --checkpoint "$work/synth-tiny/checkpoint" \
+  --out "$work/recipe-tiny.json"
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -62,26 +79,34 @@ drop_latency() {
   python3 -c 'import json,sys; d=json.load(sys.stdin); d.pop("latency_ms"); json.dump(d, sys.stdout, sort_keys=True)'
 }
 
-# run_all NAME KEV ISA [ENV...]: every output of one binary at one level under $work/NAME.
+# run_all NAME KEV ISA: every output of one binary at one level, for every model, under
+# $work/NAME. The tiny model goes through export, forward and score; the wide one (4 layers, no
+# Kev member's depth, so no recipe) through forward on its base weights.
 run_all() {
-  local name=$1 kev=$2 isa=$3 out=$work/$1
-  shift 3
-  mkdir -p "$out"
-  env KEV_ISA="$isa" "$@" "$kev" export --quiet --recipe "$work/recipe.json" \
-    --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" --out "$out/bundle"
-  for p in fp32 int8; do
-    env KEV_ISA="$isa" "$@" "$kev" forward --quiet --bundle "$out/bundle" \
-      --input "$work/forward.json" --output "$out/forward-$p.safetensors" --with-prefix --precision "$p"
-    env KEV_ISA="$isa" "$@" "$kev" score --bundle "$out/bundle" --precision "$p" --decimals -1 \
-      <"$work/score.json" | drop_latency >"$out/score-$p.json"
-  done
-  env KEV_ISA="$isa" "$@" "$kev" forward --quiet --bundle "$out/bundle" --gdn chunked \
-    --input "$work/forward.json" --output "$out/forward-chunked.safetensors" --with-prefix
-  local bf16_env=()
+  local name=$1 kev=$2 isa=$3 model out weights p bf16_env=()
   [ "$isa" = avx512 ] && bf16_env=(KEV_GEMM_ISA=avx2)
-  env KEV_ISA="$isa" "${bf16_env[@]}" "$@" "$kev" forward --quiet --bundle "$out/bundle" \
-    --input "$work/forward.json" --output "$out/forward-bf16.safetensors" --precision bf16
-  tree_sums "$out" >"$out.sums"
+  for model in "${models[@]}"; do
+    out=$work/$name/$model weights=$work/synth-$model/base
+    mkdir -p "$out"
+    if [ "$model" = tiny ]; then
+      weights=$out/bundle
+      KEV_ISA="$isa" "$kev" export --quiet --recipe "$work/recipe-tiny.json" \
+        --base "$work/synth-tiny/base" --checkpoint "$work/synth-tiny/checkpoint" --out "$weights"
+      for p in fp32 int8; do
+        KEV_ISA="$isa" "$kev" score --bundle "$weights" --precision "$p" --decimals -1 \
+          <"$work/score.json" | drop_latency >"$out/score-$p.json"
+      done
+    fi
+    for p in fp32 int8; do
+      KEV_ISA="$isa" "$kev" forward --quiet --bundle "$weights" --input "$work/forward.json" \
+        --output "$out/forward-$p.safetensors" --with-prefix --precision "$p"
+    done
+    KEV_ISA="$isa" "$kev" forward --quiet --bundle "$weights" --gdn chunked \
+      --input "$work/forward.json" --output "$out/forward-chunked.safetensors" --with-prefix
+    env KEV_ISA="$isa" "${bf16_env[@]}" "$kev" forward --quiet --bundle "$weights" \
+      --input "$work/forward.json" --output "$out/forward-bf16.safetensors" --precision bf16
+  done
+  tree_sums "$work/$name" >"$work/$name.sums"
 }
 
 levels() {  # the supported levels of a binary's architecture, from `kev cpu`
@@ -122,9 +147,17 @@ for f in sorted(os.listdir(a)):
 PY
 }
 
+# report NAME REF: says where run NAME's bytes differ from run REF's, model by model.
+report() {
+  local model
+  echo "cross_arch: $1 differs from $2:" >&2
+  diff "$work/$2.sums" "$work/$1.sums" >&2 || true
+  for model in "${models[@]}"; do differences "$work/$2/$model" "$work/$1/$model"; done
+}
+
 status=0
 first_a=""
-for side in a b; do
+for side in "${binaries[@]}"; do
   kev=$kev_a
   [ "$side" = b ] && kev=$kev_b
   ref=""
@@ -135,26 +168,25 @@ for side in a b; do
     if [ -z "$ref" ]; then
       ref=$name
       # The outputs must be real: a bundle with its manifest, hidden states, answers.
-      test -s "$work/$ref/bundle/kev_export.json" && test -s "$work/$ref/forward-fp32.safetensors"
-      grep -q '"next_step"' "$work/$ref/score-fp32.json"
+      test -s "$work/$ref/tiny/bundle/kev_export.json" && test -s "$work/$ref/tiny/forward-fp32.safetensors"
+      grep -q '"next_step"' "$work/$ref/tiny/score-fp32.json"
     elif ! cmp -s "$work/$ref.sums" "$work/$name.sums"; then
       # Within one binary every level gives the same bytes, everything included.
-      echo "cross_arch: $name differs from $ref:" >&2
-      diff "$work/$ref.sums" "$work/$name.sums" >&2 || true
+      report "$name" "$ref"
       status=1
     fi
   done
   if [ "$side" = a ]; then
     first_a=$ref
-  else
+  elif ! cmp -s "$work/$first_a.sums" "$work/$ref.sums"; then
     # Across the two binaries: every output byte for byte.
-    if ! cmp -s "$work/$first_a.sums" "$work/$ref.sums"; then
-      echo "cross_arch: $ref differs from $first_a:" >&2
-      diff "$work/$first_a.sums" "$work/$ref.sums" >&2 || true
-      differences "$work/$first_a" "$work/$ref"
-      status=1
-    fi
+    report "$ref" "$first_a"
+    status=1
   fi
 done
-[ "$status" = 0 ] && echo "cross_arch: every level of both binaries gives identical bytes: synth checkpoints, bundles, hidden states (fp32 both GDN forms, int8, bf16) and scores" >&2
+if [ "$status" = 0 ]; then
+  what="every level of $(basename "$kev_a")" checked="bundles"
+  [ -z "$kev_b" ] || what="every level of both binaries" checked="synth checkpoints, bundles"
+  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, bf16) and scores" >&2
+fi
 exit "$status"
