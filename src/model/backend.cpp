@@ -1,5 +1,5 @@
 // The backend registry and the CPU backend (backend.h): layers.cpp over a kernel table, with
-// the fast precisions' projections prepared once each (projections.h).
+// the fast precisions' projections prepared once each (projections.h), and states of cpu_state.h.
 #include "model/backend.h"
 
 #include <algorithm>
@@ -36,6 +36,7 @@ class CpuBackend final : public Backend {
     return empty_cpu_state(w_.config());
   }
   void check_state(const PrefixState& s) const override { check_cpu_state(w_.config(), s); }
+  StateFootprint state_footprint() const override { return cpu_state_footprint(w_.config()); }
 
  private:
   const ModelWeights& w_;
@@ -59,38 +60,6 @@ Registry& registry() {
 }
 
 }  // namespace
-
-std::vector<StateBuffer> CpuState::buffers() const {
-  std::vector<StateBuffer> out;
-  for (const LayerState& l : layers) {
-    for (const auto& b : l.kv)
-      out.push_back({b.get(), sizeof(KvBlock) + 2 * sizeof(void*) +
-                                  (b->k.capacity() + b->v.capacity()) * sizeof(float)});
-    if (!l.conv.empty()) out.push_back({l.conv.data(), l.conv.capacity() * sizeof(float)});
-    if (!l.s.empty()) out.push_back({l.s.data(), l.s.capacity() * sizeof(float)});
-  }
-  return out;
-}
-
-size_t CpuState::bookkeeping_bytes() const {
-  size_t bytes = sizeof(CpuState) + layers.capacity() * sizeof(LayerState);
-  for (const LayerState& l : layers) bytes += l.kv.capacity() * sizeof(l.kv[0]);
-  return bytes;
-}
-
-std::shared_ptr<const CpuState> empty_cpu_state(const ModelConfig& c) {
-  return std::make_shared<const CpuState>(static_cast<size_t>(c.layers));
-}
-
-void check_cpu_state(const ModelConfig& c, const PrefixState& s) {
-  const auto* state = dynamic_cast<const CpuState*>(s.data.get());
-  if (state == nullptr)
-    fail(ErrorKind::kInternal, "the prefix state is not the CPU backend's ({})",
-         s.data ? "another backend made it" : "it holds nothing");
-  if (static_cast<int64_t>(state->layers.size()) != c.layers)
-    fail(ErrorKind::kInternal, "prefix state has {} layers, model has {}", state->layers.size(),
-         c.layers);
-}
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelWeights& w, const ModelKernels& kernels) {
   return std::make_unique<CpuBackend>(w, kernels);

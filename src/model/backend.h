@@ -58,6 +58,8 @@ class Backend {
   // Error(kInternal) unless run() can continue `s` (a state of this backend's kind, for these
   // weights).
   virtual void check_state(const PrefixState& s) const = 0;
+  // The bytes its states hold (model.h), as it sizes their buffers.
+  virtual StateFootprint state_footprint() const = 0;
 };
 
 // Makes a backend for a model's weights (which outlive it).

@@ -1,9 +1,12 @@
 // The CPU backend's prefix state (kev/model/model.h: PrefixState holds it as a BackendState):
 // per layer, the attention keys/values in shared immutable blocks and each GDN layer's conv and
-// recurrent state, in host memory. Made by layers.cpp, read by layers.cpp and the tests; the
-// Model and the prefix cache see only BackendState. Immutable once published.
+// recurrent state, in host memory. Made by the layer units (attention.cpp, gdn.cpp), sized by
+// the functions below (which also give the backend's StateFootprint, so memory admission counts
+// what is allocated), read by the layers and the tests; the Model and the prefix cache see only
+// BackendState. Immutable once published.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -28,6 +31,14 @@ struct LayerState {
   std::vector<std::shared_ptr<const KvBlock>> kv;
   std::vector<float> conv, s;
 };
+
+// Floats a layer's state holds: an attention layer's keys (and as many values) per token; a GDN
+// layer's conv history and recurrent state.
+int64_t kv_floats_per_token(const ModelConfig& c);
+int64_t conv_history_floats(const ModelConfig& c);
+int64_t recurrent_state_floats(const ModelConfig& c);
+// The footprint (model.h) of a CPU state from those.
+StateFootprint cpu_state_footprint(const ModelConfig& c);
 
 class CpuState final : public BackendState {
  public:

@@ -1,9 +1,12 @@
-// The layer math of the Qwen3.5 text forward (private to the model layer): embedding, the
-// per-layer norms, full attention, the gated-delta-net (GDN) mixer and the MLP over a batch of
-// segments, each continuing its own prefix state: the CPU backend's pass (backend.h). Every
-// kernel goes through the kernel table it is given (kev/cpu/model_kernels.h) and every big
-// projection through project() (projections.h); nothing here names an instruction set. Model
-// (model.cpp) cuts the work into batches and prefill steps.
+// The layers of the Qwen3.5 text forward (private to the model layer): one pass of a batch of
+// segments, each continuing its own prefix state, through the embedding, every decoder layer and
+// the final norm: the CPU backend's pass (backend.h). The Runner (layers.cpp) orchestrates; each
+// layer type is its own unit: attention.h (gated full attention, blocked), gdn.h (the Gated
+// DeltaNet mixer; gdn_recurrence.h its recurrent and chunked forms), mlp.h; layer_pass.h is what
+// they share (the workspace, workspace.h, has one owner: the pass). Every kernel goes through the
+// kernel table it is given (kev/cpu/model_kernels.h) and every big projection through project()
+// (projections.h); nothing here names an instruction set. Model (model.cpp) cuts the work into
+// batches and prefill steps.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -15,7 +18,6 @@
 
 namespace kev {
 
-inline constexpr int64_t kGdnChunk = kGdnChunkTokens;  // tokens per chunk of the chunked GDN form
 // The largest token position: RoPE angles (position * theta^(-2i/rot) <= position for theta
 // >= 1) stay within fixed_sin/fixed_cos's range (kFixedTrigMaxArg, fixed_math.h).
 inline constexpr int64_t kMaxPosition = int64_t{1} << 20;

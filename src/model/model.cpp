@@ -115,6 +115,10 @@ size_t bytes_held(const PrefixState& s) {
   return bytes;
 }
 
+StateFootprint Model::state_footprint() const {
+  return backend_->state_footprint();
+}
+
 PrefixState Model::empty_state() const {
   return PrefixState{0, backend_->empty_state()};
 }

@@ -10,15 +10,14 @@
 
 namespace kev {
 
-RequestMemory RequestMemory::of(const ModelConfig& c, const ForwardOptions& o) {
+RequestMemory RequestMemory::of(const Model& model) {
+  const ModelConfig& c = model.config();
+  const ForwardOptions& o = model.options();
+  const StateFootprint state = model.state_footprint();
   RequestMemory m;
   m.prefill_step = o.prefill_step;
-  size_t attention = 0, gdn = 0;
-  for (bool full : c.full_attention) (full ? attention : gdn) += 1;
-  m.kv_per_token = 2 * sizeof(float) * static_cast<size_t>(c.kv_heads * c.head_dim) * attention;
-  const auto conv = static_cast<size_t>((c.conv_kernel - 1) * c.conv_dim());
-  const auto recurrent = static_cast<size_t>(c.lin_v_heads * c.lin_k_dim * c.lin_v_dim);
-  m.state_fixed = 2 * sizeof(float) * (conv + recurrent) * gdn;
+  m.kv_per_token = state.per_token;
+  m.state_fixed = 2 * state.fixed;
   m.workspace_per_token = workspace_bytes_per_token(c, o.precision);
   m.attention_per_key =
       attention_scratch_bytes_per_key(c, o.threads > 0 ? o.threads : default_workers());

@@ -1,12 +1,13 @@
 // Memory admission (docs/serving.md "Memory"): what scoring a request holds, and the budget the
 // requests being scored share.
 //
-// RequestMemory: bytes one request holds while it is scored, from the model's dimensions:
+// RequestMemory: bytes one request holds while it is scored, from the model (the state's bytes
+// as its backend allocates them, Model::state_footprint; the pass's scratch from its widths):
 //   need = kv_per_token * S + state_fixed + workspace_per_token * pass_tokens
 //          + attention_per_key * (S + longest branch)
 // S the state's tokens (<state> included; all of them, even those continued from a saved point),
-// kv_per_token the attention keys and values (8 * kv_heads * head_dim per attention layer),
-// state_fixed twice every GDN layer's conv and recurrent state (a prefill step holds the state it
+// kv_per_token the state's bytes per token (the attention keys and values), state_fixed twice its
+// fixed bytes, every GDN layer's conv and recurrent state (a prefill step holds the state it
 // continues and the one it makes), and the scratch of the widest pass the request runs: its
 // prefill steps (at most the model's prefill step) or its rows (all its branch tokens, at most
 // kRowPassTokens unless one branch is longer), and the attention scores of the tasks running at
@@ -32,7 +33,7 @@ struct RequestMemory {
   size_t attention_per_key = 0;  // attention_scratch_bytes_per_key at the model's threads
   size_t prefill_step = kPrefillStepTokens;  // the model's (ForwardOptions::prefill_step)
 
-  static RequestMemory of(const ModelConfig& c, const ForwardOptions& o);
+  static RequestMemory of(const Model& model);
   // state_tokens: S; branch_tokens: every branch added up; longest_branch: the longest one.
   size_t need(size_t state_tokens, size_t branch_tokens, size_t longest_branch) const;
 };

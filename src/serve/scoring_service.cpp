@@ -36,7 +36,7 @@ class Reservation {
 }  // namespace
 
 void ScoringService::publish(const Scorer& s) {
-  per_request_ = RequestMemory::of(s.model().config(), s.model().options());
+  per_request_ = RequestMemory::of(s.model());
   delimiters_ = delimiters_of(s.tokenizer());
   const size_t bytes = options.memory_budget > 0 ? options.memory_budget
                                                  : default_memory_budget(s.options().cache_bytes);

@@ -100,11 +100,19 @@ struct StateBuffer {
 class BackendState {
  public:
   virtual ~BackendState() = default;
-  // Every buffer it holds, shared ones included. Attention keys/values cost
-  // 8 * kv_heads * head_dim bytes per token per attention layer in the CPU's layout.
+  // Every buffer it holds, shared ones included (their bytes: StateFootprint).
   virtual std::vector<StateBuffer> buffers() const = 0;
   // Bytes of its own bookkeeping, beyond its buffers.
   virtual size_t bookkeeping_bytes() const = 0;
+};
+
+// The bytes of the buffers a state of `length` tokens holds: per_token * length + fixed (its
+// bookkeeping, and the few bytes per shared block that say where a block is, aside). The
+// backend's answer, from the function that sizes its allocations; the CPU's: keys and values of
+// 8 * kv_heads * head_dim bytes per token per attention layer, and per GDN layer its conv history
+// and recurrent state, 4 * ((conv_kernel - 1) * conv_dim + lin_v_heads * lin_k_dim * lin_v_dim).
+struct StateFootprint {
+  size_t per_token = 0, fixed = 0;
 };
 
 // The state after a prefix: its length and what the backend keeps of it. A value: copies share
@@ -150,6 +158,8 @@ class Model {
   const ModelConfig& config() const { return weights_->config(); }
   const ModelWeights& weights() const { return *weights_; }
   const ForwardOptions& options() const { return options_; }
+  // What a state of this model holds per token and beside (its backend's StateFootprint).
+  StateFootprint state_footprint() const;
   // Switching to kInt8 quantizes the weights then (once); not concurrent with a forward. A
   // prefill_step that is not a positive multiple of kGdnChunkTokens is Error(kBadInput); another
   // backend name makes that backend (its prepared projections are made again).

@@ -73,6 +73,7 @@ class CountingBackend final : public Backend {
       fail(ErrorKind::kInternal, "not a {} state", kPortableBackend);
     inner_->check_state(unwrap(s));
   }
+  StateFootprint state_footprint() const override { return inner_->state_footprint(); }
 
  private:
   std::unique_ptr<Backend> inner_;

@@ -136,6 +136,18 @@ TEST_F(Continue, BytesHeldCountsEveryBuffer) {
   EXPECT_LT(bytes_held(s20), fixed + 20 * per_token + 2 * overhead);
   EXPECT_GE(bytes_held(one20), fixed + 20 * per_token);
   EXPECT_LT(bytes_held(one20), fixed + 20 * per_token + overhead);
+  // Memory admission's figures (Model::state_footprint) are that count, and exactly the data of
+  // the buffers the states hold (allocated to their size).
+  EXPECT_EQ(m.state_footprint().per_token, per_token);
+  EXPECT_EQ(m.state_footprint().fixed, fixed);
+  for (const PrefixState* s : {&s10, &s20, &one20}) {
+    size_t data = 0;
+    for (const LayerState& l : cpu_state(*s).layers) {
+      for (const auto& b : l.kv) data += (b->k.capacity() + b->v.capacity()) * sizeof(float);
+      data += (l.conv.capacity() + l.s.capacity()) * sizeof(float);
+    }
+    EXPECT_EQ(data, fixed + static_cast<size_t>(s->length) * per_token);
+  }
 }
 
 // A long prefill asks `stop` before every step after the first (model.h): never for a prefix of
