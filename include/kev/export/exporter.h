@@ -15,6 +15,7 @@
 // then each shard is copied byte for byte from its verified mapping (hashed while written; a
 // digest other than the pinned one refuses the export), the small files are the verified bytes,
 // and head.safetensors and the manifest (weights "full", weights_sha256) are written as above.
+// Both forms run one pipeline; what differs is a weights source (src/export/weights_source.h).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,0 +1,40 @@
+// What the weights sources share (weights_source.h): the indexed shards, opened and checked.
+#include "export/weights_source.h"
+
+#include "kev/core/error.h"
+
+namespace kev {
+
+std::map<std::string, const TensorInfo*> open_indexed_shards(PlannedInputs& p,
+                                                             const std::string& dir,
+                                                             const std::string& role,
+                                                             const std::string& recipe_path) {
+  const PinnedRepo& pins = role == "base" ? p.recipe.base : p.recipe.checkpoint;
+  for (const auto& shard : p.index.shards) {
+    if (!pins.files.count(shard))
+      fail(ErrorKind::kBadInput,
+           "the {} index uses shard {} but recipe {} does not pin it; run `kev pin` on a "
+           "trusted download",
+           role, shard, recipe_path);
+    p.shards.push_back(std::make_unique<SafetensorsFile>(dir + "/" + shard));
+  }
+  // Shards are mapped by path again: make sure each is still the file that was hashed.
+  p.inputs.check_unchanged();
+  std::map<std::string, const TensorInfo*> tensors;
+  for (size_t s = 0; s < p.shards.size(); ++s)
+    for (const auto& t : p.shards[s]->tensors()) {
+      auto it = p.index.weight_map.find(t.name);
+      if (it == p.index.weight_map.end() || it->second != p.index.shards[s])
+        fail(ErrorKind::kBadInput, "{} shard {} holds {}, which the index {}", role,
+             p.index.shards[s], t.name,
+             it == p.index.weight_map.end() ? "does not list" : "assigns to " + it->second);
+      tensors[t.name] = &t;
+    }
+  for (const auto& [name, shard] : p.index.weight_map)
+    if (!tensors.count(name))
+      fail(ErrorKind::kBadInput, "the {} index assigns {} to {} but that shard does not hold it",
+           role, name, shard);
+  return tensors;
+}
+
+}  // namespace kev
