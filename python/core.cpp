@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kev/core/error.h"
+#include "kev/core/threads.h"
 #include "kev/cpu/isa.h"
 #include "kev/head/pointer_head.h"
 #include "kev/model/model.h"
@@ -66,6 +67,7 @@ class Model {
         std::optional<double> temperature, int decimals, bool truncate, bool date_facts,
         bool usage_details) {
     check_isa_environment();
+    check_threads_environment();
     ScorerOptions o;
     if (precision != "fp32" && precision != "bf16" && precision != "int8")
       fail(ErrorKind::kBadInput, "precision must be fp32, bf16 or int8, not \"{}\"",

@@ -137,6 +137,15 @@ family_demo() {
   for isa in demo portable; do
     KEV_ISA=$isa build/family-demo/tests/test_cpu --gtest_brief=1
   done
+  # This build, like a release build, lacks KEV_TEST_HOOKS: its kev must not hold the name of any
+  # test-only knob (kev/core/test_hooks.h), which the ci build's kev holds (so the search works).
+  local knob
+  for knob in KEV_FAULT_WRITE_AFTER_BYTES KEV_AVX512_EMULATE; do
+    if ! grep -qa "$knob" build/ci/kev || grep -qa "$knob" build/family-demo/kev; then
+      echo "test.sh: $knob: expected in build/ci/kev (test hooks) and absent from build/family-demo/kev" >&2
+      return 1
+    fi
+  done
 }
 
 # ARM64 under qemu (scripts/test_aarch64.sh): cross-build, the kernel layers' unit tests at

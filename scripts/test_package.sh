@@ -82,6 +82,11 @@ for f in /usr/bin/kev /usr/share/man/man1/kev-serve.1 /usr/share/bash-completion
          /usr/lib/python3/dist-packages/kev_native/__init__.py /usr/lib/python3/dist-packages/kev_native/py.typed; do
   [ -e "$rootfs$f" ] || fail "$f is not installed"
 done
+# A packaged build has no test hooks (kev/core/test_hooks.h): no test-only knob in its binaries.
+for knob in KEV_FAULT_WRITE_AFTER_BYTES KEV_AVX512_EMULATE; do
+  ! grep -rqa "$knob" "$rootfs/usr/bin/kev" "$rootfs/usr/lib/python3/dist-packages/kev_native" ||
+    fail "the installed kev holds the test-only knob $knob"
+done
 
 echo "== 3. kev synth, pin, export, verify, score from /usr/bin (as nobody)"
 mkdir -m 777 "$rootfs/tmp/w"

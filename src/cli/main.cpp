@@ -10,6 +10,7 @@
 #include "kev/core/file.h"
 #include "kev/core/interrupt.h"
 #include "kev/core/progress.h"
+#include "kev/core/threads.h"
 #include "kev/cpu/isa.h"
 
 namespace kev::cli {
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     try {
       check_isa_environment();
+      check_threads_environment();
       return run();
     } catch (const Error& e) {
       std::fprintf(stderr, "kev %s: %s\n", sub->get_name().c_str(), e.what());

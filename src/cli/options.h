@@ -19,9 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "kev/core/threads.h"  // kMaxThreads
+
 namespace kev::cli {
 
-inline constexpr uint64_t kMaxThreads = 1024;        // compute threads of one command
 inline constexpr uint64_t kMaxTokens = 1u << 20;     // token counts (the model's position limit)
 inline constexpr uint64_t kMaxJsonCount = 1u << 24;  // --max-json-keys / --max-json-elements
 inline constexpr size_t kMaxTextBytes = 4096;        // a path, URL, host or name

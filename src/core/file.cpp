@@ -16,6 +16,7 @@
 #include <random>
 
 #include "kev/core/error.h"
+#include "kev/core/test_hooks.h"
 
 namespace kev {
 namespace {
@@ -98,8 +99,8 @@ bool is_directory(const std::string& path) {
 }
 
 void WriteFaults::configure_from_env() {
-  if (const char* v = std::getenv("KEV_FAULT_WRITE_AFTER_BYTES"))
-    fail_after_bytes(std::strtoull(v, nullptr, 10));
+  if (const std::optional<uint64_t> budget = test_hooks::write_fault_budget())
+    fail_after_bytes(*budget);
 }
 
 void WriteFaults::fail_after_bytes(uint64_t n) {

@@ -3,20 +3,44 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "kev/core/error.h"
+
 namespace kev {
 
-size_t default_workers() {
-  if (const char* v = std::getenv("KEV_THREADS")) {
-    long n = std::strtol(v, nullptr, 10);
-    if (n > 0) return static_cast<size_t>(n);
+namespace {
+
+// KEV_THREADS as a count; 0 when unset or not a whole number in [1, kMaxThreads].
+size_t env_threads(const char* v) {
+  if (v == nullptr || *v == '\0' || std::strlen(v) > 4) return 0;
+  size_t n = 0;
+  for (const char* c = v; *c; ++c) {
+    if (*c < '0' || *c > '9') return 0;
+    n = n * 10 + static_cast<size_t>(*c - '0');
   }
+  return n <= kMaxThreads ? n : 0;
+}
+
+}  // namespace
+
+size_t default_workers() {
+  if (const size_t n = env_threads(std::getenv("KEV_THREADS"))) return n;
   unsigned hc = std::thread::hardware_concurrency();
   return hc ? hc : 1;
+}
+
+void check_threads_environment() {
+  const char* v = std::getenv("KEV_THREADS");
+  if (v != nullptr && *v != '\0' && env_threads(v) == 0)
+    fail(ErrorKind::kBadInput,
+         "KEV_THREADS={}: not a thread count (a whole number from 1 to {}; unset, one per CPU)",
+         std::string(v).substr(0, 40), kMaxThreads);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kev/core/test_hooks.h"
 #include "kev/cpu/head_kernels.h"
 #include "kev/cpu/merge.h"
 
@@ -24,8 +25,7 @@ Isa head_isa() {
 }
 
 bool avx512_emulation_requested() {
-  const char* v = std::getenv("KEV_AVX512_EMULATE");
-  if (v == nullptr || std::strcmp(v, "1") != 0) return false;
+  if (!test_hooks::avx512_emulation()) return false;
   for (const char* variable : {"KEV_GEMM_ISA", "KEV_ISA"}) {
     const char* cap = std::getenv(variable);
     if (cap != nullptr && *cap != '\0') return std::strcmp(cap, "avx512") == 0;

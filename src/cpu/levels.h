@@ -10,8 +10,9 @@ namespace kev {
 // The model's GEMM level: the best this CPU supports, capped by KEV_GEMM_ISA / KEV_ISA.
 Isa gemm_level();
 
-// KEV_AVX512_EMULATE=1 (for tests on machines without AVX-512): the int8 and bf16 modes run the
-// emulated AVX-512 kernels, unless KEV_GEMM_ISA / KEV_ISA name a level other than avx512.
+// KEV_AVX512_EMULATE=1 in a build with test hooks (kev/core/test_hooks.h; for tests on machines
+// without AVX-512): the int8 and bf16 modes run the emulated AVX-512 kernels, unless
+// KEV_GEMM_ISA / KEV_ISA name a level other than avx512.
 bool avx512_emulation_requested();
 
 }  // namespace kev

@@ -121,6 +121,24 @@ def test_parser_refusals_are_one_sentence_exit_2(cmd):
             assert_refused(cmd, [name, "1", name, "2"])
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "2x", "1.5", " 2", "1025", "99999999999999999999"])
+def test_malformed_kev_threads_is_refused(value):
+    """KEV_THREADS is checked at start like the ISA variables: a value that is not a whole
+    number from 1 to 1024 stops the command with one sentence naming it, before any work."""
+    proc = subprocess.run([KEV_BIN, "cpu"], capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, "KEV_THREADS": value})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == BAD_INPUT, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("kev cpu: KEV_THREADS="), proc.stderr
+
+
+@pytest.mark.parametrize("value", ["1", "2", "1024", ""])
+def test_well_formed_kev_threads_is_taken(value):
+    proc = subprocess.run([KEV_BIN, "cpu"], capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, "KEV_THREADS": value})
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_top_level_refusals():
     assert_refused("", [], mentions="a command is required")
     assert_refused("", ["frobnicate"], mentions="unknown command")

@@ -42,8 +42,9 @@ bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
 
 // Fault injection for writes. Process-wide so the real binary can be driven by tests through
-// the environment: KEV_FAULT_WRITE_AFTER_BYTES=N makes the write that would take the total
-// number of bytes written by this process past N fail with ENOSPC.
+// the environment: in a build with test hooks (kev/core/test_hooks.h),
+// KEV_FAULT_WRITE_AFTER_BYTES=N makes the write that would take the total number of bytes
+// written by this process past N fail with ENOSPC.
 struct WriteFaults {
   static void configure_from_env();
   static void fail_after_bytes(uint64_t n);
