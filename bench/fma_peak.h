@@ -5,8 +5,8 @@
 // (vec.h: each product rounded before its add), which on CPUs with two FMA pipes is half the FMA
 // peak. The probe for an ISA is
 // only called when the CPU has it (the caller picks it from isa_supported / the running
-// ISA). The vector chains are the CPU family's (src/cpu/<family>/, arch::fma_chains); a level
-// without one reports 0 (unknown), so the benchmarks build and run on any architecture.
+// ISA). The vector chains are the CPU family's (kev/cpu/peak_probe.h); a level without one
+// reports 0 (unknown), so the benchmarks build and run on any architecture.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/arch.h"
 #include "kev/cpu/gemm.h"
+#include "kev/cpu/peak_probe.h"
 
 namespace kev::bench {
 
@@ -77,12 +77,13 @@ inline double scalar_chains(long iters, bool fused) {
   return static_cast<double>(iters) * 12 * 2;
 }
 
-// kPortable runs the scalar chains; a vector level runs its family's probe (arch.h).
-inline Peak peak_one_core(Isa isa, arch::FmaChains probe, bool fused) {
+// kPortable runs the scalar chains; a vector level runs its family's probe (peak_probe.h).
+inline Peak peak_one_core(Isa isa, bool fused) {
   Peak best;
   for (int t = 0; t < 3; ++t) {
     const auto run = [&](long iters) {
-      return isa == Isa::kPortable ? scalar_chains(iters, fused) : probe(iters, fused);
+      return isa == Isa::kPortable ? scalar_chains(iters, fused)
+                                   : run_peak_probe(isa, iters, fused);
     };
     Peak p = timed(run, 20'000'000);
     best.wall = std::max(best.wall, p.wall);
@@ -99,12 +100,11 @@ inline Peak peak_one_core(Isa isa, arch::FmaChains probe, bool fused) {
 // probe for it (unknown).
 inline Peak fma_peak_gflops(Isa isa, size_t threads, bool fused = true) {
   if (!isa_supported(isa)) return {};
-  const arch::FmaChains probe = arch::fma_chains(isa);
-  if (isa != Isa::kPortable && probe == nullptr) return {};
+  if (isa != Isa::kPortable && !has_peak_probe(isa)) return {};
   std::vector<Peak> r(threads);
   std::vector<std::thread> ts;
   for (size_t t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] { r[t] = detail::peak_one_core(isa, probe, fused); });
+    ts.emplace_back([&, t] { r[t] = detail::peak_one_core(isa, fused); });
   for (auto& t : ts) t.join();
   Peak sum;
   for (const Peak& p : r) sum.wall += p.wall, sum.cpu += p.cpu;

@@ -140,9 +140,8 @@ class Model {
            "head: hidden must be a [1 + options, {}] array (the decide state, then each option's)",
            d);
     const size_t k = static_cast<size_t>(hidden.shape(0)) - 1;
-    if (k > PointerHead::kMaxOptions)
-      fail(ErrorKind::kBadInput, "head: {} options (1 to {} are allowed)", k,
-           PointerHead::kMaxOptions);
+    if (k > kMaxOptions)
+      fail(ErrorKind::kBadInput, "head: {} options (1 to {} are allowed)", k, kMaxOptions);
     std::vector<float> values(hidden.data(), hidden.data() + (k + 1) * d);
     py::array_t<float> logits(static_cast<py::ssize_t>(k)), probs(static_cast<py::ssize_t>(k));
     std::vector<float> l(k), p(k);

@@ -98,9 +98,9 @@ int run_head(const HeadOptions& opts) {
     const auto& options = item["options"];
     if (!options.is_array())
       fail(ErrorKind::kBadInput, "question {}: \"options\" must be an array of vectors", q);
-    if (options.empty() || options.size() > PointerHead::kMaxOptions)
+    if (options.empty() || options.size() > kMaxOptions)
       fail(ErrorKind::kBadInput, "question {} has {} options (1 to {} are allowed)", q,
-           options.size(), PointerHead::kMaxOptions);
+           options.size(), kMaxOptions);
     read_vector(item["decide"], d, fmt::format("question {} decide", q), values);
     for (size_t o = 0; o < options.size(); ++o)
       read_vector(options[o], d, fmt::format("question {} option {}", q, o), values);

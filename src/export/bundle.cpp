@@ -13,6 +13,7 @@
 #include "kev/core/json_strict.h"
 #include "kev/core/sha256.h"
 #include "kev/export/recipe.h"
+#include "kev/formats/bundle_manifest.h"
 
 namespace kev {
 namespace {
@@ -102,18 +103,17 @@ std::string write_head_safetensors(const std::string& path, const HeadWeights& h
 }
 
 size_t verify_bundle(const std::string& dir) {
-  std::string manifest_path = dir + "/" + kManifestFile;
+  const std::string manifest_path = dir + "/" + kManifestFile;
   if (!path_exists(manifest_path))
     fail(ErrorKind::kIntegrity, "{} has no {}; it is not a kev export bundle", dir, kManifestFile);
-  // The strict reader, as every bundle reader (formats/bundle_manifest.h): a duplicate key is a
-  // damaged manifest, not the last value silently.
+  // The one reader (formats/bundle_manifest.h); here a damaged manifest is an integrity failure.
   OrderedJson m;
   try {
-    m = parse_json_strict(read_file(manifest_path), manifest_path);
+    m = read_manifest_document(dir).doc;
   } catch (const Error& e) {
     fail(ErrorKind::kIntegrity, "{} is not a valid manifest ({})", manifest_path, e.what());
   }
-  if (!m.is_object() || !m.contains("outputs") || !m["outputs"].is_object())
+  if (!m.contains("outputs") || !m["outputs"].is_object())
     fail(ErrorKind::kIntegrity, "{} is not a valid manifest (no \"outputs\" object)",
          manifest_path);
   // Only "format" and "outputs" (with string digests, checked per entry below) are read here;

@@ -6,7 +6,7 @@
 
 namespace kev {
 
-BundleManifest read_bundle_manifest(const std::string& bundle_dir) {
+BundleManifest read_manifest_document(const std::string& bundle_dir) {
   BundleManifest m;
   m.path = bundle_dir + "/" + kManifestFile;
   if (!path_exists(m.path))
@@ -14,6 +14,11 @@ BundleManifest read_bundle_manifest(const std::string& bundle_dir) {
          kManifestFile);
   m.doc = parse_json_strict(read_file(m.path), m.path);
   if (!m.doc.is_object()) fail(ErrorKind::kBadInput, "{} must hold a JSON object", m.path);
+  return m;
+}
+
+BundleManifest read_bundle_manifest(const std::string& bundle_dir) {
+  BundleManifest m = read_manifest_document(bundle_dir);
   // A bundle that says something this kev does not implement is refused, not run.
   check_bundle_supported(m.doc, m.path);
   return m;

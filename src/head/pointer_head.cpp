@@ -271,9 +271,8 @@ void PointerHead::project_batch(std::span<const HeadQuestion> qs, std::span<floa
 
 void calibrate_logits(std::span<const float> logits, double temperature, std::span<float> probs) {
   size_t n = logits.size();
-  if (n == 0 || n > PointerHead::kMaxOptions)
-    fail(ErrorKind::kBadInput, "calibration needs 1 to {} logits, got {}", PointerHead::kMaxOptions,
-         n);
+  if (n == 0 || n > kMaxOptions)
+    fail(ErrorKind::kBadInput, "calibration needs 1 to {} logits, got {}", kMaxOptions, n);
   if (probs.size() != n)
     fail(ErrorKind::kBadInput, "the probabilities buffer holds {} values for {} logits",
          probs.size(), n);
@@ -281,7 +280,7 @@ void calibrate_logits(std::span<const float> logits, double temperature, std::sp
   if (size_t i = first_non_finite(logits.data(), n); i != n)
     fail(ErrorKind::kBadInput, "calibration: logit {} is not finite ({})", i, logits[i]);
   const float t = static_cast<float>(temperature);
-  double z[PointerHead::kMaxOptions];
+  double z[kMaxOptions];
   double max = -INFINITY;
   for (size_t i = 0; i < n; ++i) {
     z[i] = static_cast<double>(logits[i] / t);  // FP32 division, as torch's z / T

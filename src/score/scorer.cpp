@@ -19,13 +19,10 @@ constexpr size_t kMinInnerPointTokens = 64;
 
 // A state's buffers for the cache's byte accounting: its shared and own buffers (model.h), and
 // its bookkeeping as one buffer of its own.
-std::vector<CacheBuffer> cache_buffers(const PrefixState& s) {
-  std::vector<CacheBuffer> out;
+std::vector<StateBuffer> cache_buffers(const PrefixState& s) {
+  std::vector<StateBuffer> out = state_buffers(s);
   size_t listed = 0;
-  for (const StateBuffer& b : state_buffers(s)) {
-    out.push_back({b.address, b.bytes});
-    listed += b.bytes;
-  }
+  for (const StateBuffer& b : out) listed += b.bytes;
   out.push_back({&s, bytes_held(s) - listed});
   return out;
 }
@@ -129,6 +126,7 @@ ScoreResult Scorer::score(std::string_view request_json) const {
 struct Scorer::Pending {
   const ApiRequest* request = nullptr;
   std::function<bool()> gone;
+  std::shared_ptr<const Encoding> given;  // ScoreJob::encoding
   Encoding enc;
   ScoreResult result;
   std::shared_ptr<const PrefixState> prefix;
@@ -137,7 +135,7 @@ struct Scorer::Pending {
 };
 
 ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>& gone) const {
-  const ScoreJob job{&request, gone};
+  const ScoreJob job{&request, gone, nullptr};
   std::vector<ScoreOutcome> out = score_batch(std::span<const ScoreJob>(&job, 1));
   if (out[0].error) std::rethrow_exception(out[0].error);
   return std::move(out[0].result);
@@ -150,6 +148,7 @@ std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) co
     Pending& p = pending[i];
     p.request = jobs[i].request;
     p.gone = jobs[i].gone;
+    p.given = jobs[i].encoding;
     try {
       prepare(p);
     } catch (...) {
@@ -219,9 +218,13 @@ std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) co
   return out;
 }
 
+Encoding Scorer::encode(const ApiRequest& request) const {
+  return encode_record(tokenizer_, delimiters_, to_record(request), options_.limits);
+}
+
 void Scorer::prepare(Pending& p) const {
   const ApiRequest& request = *p.request;
-  p.enc = encode_record(tokenizer_, delimiters_, to_record(request), options_.limits);
+  p.enc = p.given ? *p.given : encode(request);
   const Encoding& enc = p.enc;
   if (options_.max_input_tokens > 0 && enc.ids.size() > options_.max_input_tokens)
     fail(ErrorKind::kBadInput, "the request encodes to {} tokens; the limit is {} per request",

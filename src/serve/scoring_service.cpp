@@ -37,27 +37,28 @@ class Reservation {
 
 void ScoringService::publish(const Scorer& s) {
   per_request_ = RequestMemory::of(s.model());
-  delimiters_ = delimiters_of(s.tokenizer());
   const size_t bytes = options.memory_budget > 0 ? options.memory_budget
                                                  : default_memory_budget(s.options().cache_bytes);
   budget_ = std::make_unique<MemoryBudget>(bytes);
   scorer.store(&s);
 }
 
-size_t ScoringService::need(const ApiRequest& request) const {
-  const Scorer& s = *scorer.load();
+std::shared_ptr<const Encoding> ScoringService::encode(const ApiRequest& request) const {
   try {
-    const Encoding enc =
-        encode_record(s.tokenizer(), delimiters_, to_record(request), s.options().limits);
-    size_t branches = 0, longest = 0;
-    for (const EncodedRow& r : enc.rows) {
-      branches += r.branch_ids.size();
-      longest = std::max(longest, r.branch_ids.size());
-    }
-    return per_request_.need(enc.state_length, branches, longest);
+    return std::make_shared<const Encoding>(scorer.load()->encode(request));
   } catch (const Error&) {
-    return 0;  // refused by its encoding: the scorer gives the same refusal before any pass
+    return nullptr;  // refused by its encoding: the scorer gives the same refusal before any pass
   }
+}
+
+size_t ScoringService::need(const Encoding* enc) const {
+  if (enc == nullptr) return 0;
+  size_t branches = 0, longest = 0;
+  for (const EncodedRow& r : enc->rows) {
+    branches += r.branch_ids.size();
+    longest = std::max(longest, r.branch_ids.size());
+  }
+  return per_request_.need(enc->state_length, branches, longest);
 }
 
 Reply ScoringService::too_large(size_t need) const {
@@ -120,7 +121,7 @@ Reply ScoringService::score_alone(const ScoreTask& task, const std::function<boo
     const Scorer& s = *scorer.load();
     // Decoded, its memory reserved (or refused), then scored.
     auto reserve = [&](const ApiRequest& request, std::optional<Reservation>& held) {
-      const size_t bytes = need(request);
+      const size_t bytes = need(encode(request).get());
       if (bytes > budget_->budget()) return std::optional<Reply>(too_large(bytes));
       if (!budget_->acquire(bytes, deadline(task))) return std::optional<Reply>(no_memory());
       held.emplace(budget_.get(), bytes);
@@ -227,7 +228,8 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
       continue;
     }
     requests[i].emplace(std::move(std::get<ApiRequest>(parsed)));
-    jobs.push_back(ScoreJob{&*requests[i], gone_for(*tasks[i])});
+    // Encoded once: the memory it needs is sized from this encoding, and the scorer uses it.
+    jobs.push_back(ScoreJob{&*requests[i], gone_for(*tasks[i]), encode(*requests[i])});
     of.push_back(i);
   }
   if (jobs.empty()) return;
@@ -237,7 +239,7 @@ void ScoringService::score_tasks(const std::vector<std::shared_ptr<ScoreTask>>& 
   std::vector<ScoreJob> fitting;
   std::vector<size_t> fitting_of;
   for (size_t k = 0; k < jobs.size(); ++k) {
-    const size_t bytes = need(*jobs[k].request);
+    const size_t bytes = need(jobs[k].encoding.get());
     if (bytes > budget_->budget()) {
       replies[of[k]] = too_large(bytes);
       continue;

@@ -87,8 +87,10 @@ struct ScoringService {
   std::variant<ApiRequest, Reply> parse(const std::string& body) const;
   // Upstream's demo endpoints (permute, separate), each request on its own.
   Reply score_alone(const ScoreTask& task, const std::function<bool()>& gone) const;
-  // Bytes scoring `request` will hold (0 when its encoding fails: the scorer refuses it).
-  size_t need(const ApiRequest& request) const;
+  // The request's encoding, made once per request (null when it is refused: the scorer then
+  // gives the refusal), and the bytes scoring it will hold (0 for null).
+  std::shared_ptr<const Encoding> encode(const ApiRequest& request) const;
+  size_t need(const Encoding* enc) const;
   // The 413 for a request that alone needs more than the budget.
   Reply too_large(size_t need) const;
   // The 503 for a request that found no memory by its deadline.
@@ -111,7 +113,6 @@ struct ScoringService {
   // Written by publish() before the scorer, read after it is seen.
   std::unique_ptr<MemoryBudget> budget_;
   RequestMemory per_request_;
-  Delimiters delimiters_;
 };
 
 }  // namespace kev

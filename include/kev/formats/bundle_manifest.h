@@ -10,7 +10,8 @@
 // section ("outputs", "dimensions", "base", "checkpoint", "lora") that is not an object, or a
 // value inside one of the wrong type. `kev verify` (export/bundle.h) reads the manifest with the
 // same strict reader but checks it itself: there a damaged manifest is an integrity failure, and
-// verify checks hashes whatever the bundle's fields say. Thread-safe (no shared state).
+// verify checks hashes whatever the bundle's fields say. Both go through read_manifest_document,
+// the one place the file is read and parsed. Thread-safe (no shared state).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -36,6 +37,9 @@ struct BundleManifest {
 };
 
 BundleManifest read_bundle_manifest(const std::string& bundle_dir);
+// The manifest as a document only: present, strict JSON, an object (Error kBadInput otherwise,
+// naming the file); nothing about what it records is checked.
+BundleManifest read_manifest_document(const std::string& bundle_dir);
 
 // Whether <dir> holds a manifest at all (a base model directory does not).
 bool has_bundle_manifest(const std::string& dir);

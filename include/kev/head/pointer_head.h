@@ -38,6 +38,7 @@
 #include "kev/cpu/head_kernels.h"  // head_isa(): the variant used by default
 #include "kev/cpu/isa.h"
 #include "kev/formats/bundle_manifest.h"
+#include "kev/text/question_limits.h"  // kMaxOptions
 
 namespace kev {
 
@@ -70,8 +71,6 @@ struct PointerHeadWeights {
 
 class PointerHead {
  public:
-  static constexpr size_t kMaxOptions = 255;
-
   // Validates shapes, finiteness (naming the tensor) and the temperature.
   PointerHead(PointerHeadWeights weights, double temperature);
 

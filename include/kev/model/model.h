@@ -4,34 +4,26 @@
 // Contract:
 // - Model::load validates config and weights (see weights.h) and keeps the BF16 weights mapped;
 //   a directory with an export manifest must pass read_bundle_manifest (formats/bundle_manifest.h).
-// - Arithmetic is FP32 on BF16 weights, in the fixed orders documented in gemm.h / layers.cpp;
-//   a row's result never depends on which other rows run with it, in which order, or on the
-//   thread count. With GdnMode::kRecurrent (default), prefix + row gives bitwise the same hidden
-//   states as prefix-then-row run as one sequence.
+// - Arithmetic is FP32 on BF16 weights, in fixed orders (the kernel layer's, cpu/gemm.h, and the
+//   layers', src/model/); a row's result never depends on which other rows run with it, in which
+//   order, or on the thread count. With GdnMode::kRecurrent (default), prefix + row gives bitwise
+//   the same hidden states as prefix-then-row run as one sequence.
 // - Precision (ForwardOptions::precision) picks the arithmetic of the big linear projections
-//   (attention q/k/v/o, GDN in_proj_qkv / in_proj_z / out_proj, MLP gate/up/down); norms,
-//   the GDN a/b gate projections, the conv and recurrence, attention scores and softmax and the
-//   embedding stay FP32 in every mode. kFp32 (default) is the exact reference-parity mode
-//   above. kBf16 rounds each activation row to BF16 (round to nearest even) before the
-//   BF16-weight GEMM, i.e. BF16 x BF16 products with FP32 accumulation (exact products, so the
-//   same numbers as a BF16 dot-product unit with FP32 FMA accumulation), for the projections
-//   of kInt8's default selection below; the others (the first quarter of the layers, the GDN
-//   query and key rows) stay exact FP32 in kBf16 too. Where the CPU has
-//   AVX512_BF16 (precision_kernels.h), kBf16 instead repacks those weights once into vdpbf16ps's
-//   pair layout (releasing their BF16 pages) and sums in that instruction's order: the same
-//   precision but not the same bits as the AVX2 machine's kBf16 (batch- and
-//   thread-independent still, not ISA-independent). kInt8 quantizes those
-//   weights to int8 once when the model is built (or switched to kInt8), blockwise symmetric,
-//   and the activations per row and block (to 16 bits) at every call, with integer dot
-//   products (gemm_int8.h; 1.125 bytes per weight held, the BF16 pages of those weights are
-//   released from the resident set), except the sensitive ones, which stay exact FP32: every
-//   projection of the first quarter of the layers (rounded up) and the query and key rows of
-//   each GDN in_proj_qkv (projections.cpp, int8_default_spec; the environment variable
-//   KEV_INT8_CLASSES replaces that choice for parity studies, docs/performance.md). Every mode
-//   keeps the batch-, thread- and ISA-independence above (bitwise), except kBf16 between CPUs
-//   with and without AVX512_BF16; the fast modes carry a parity budget against kFp32 and the
-//   float64 reference (docs/performance.md,
-//   tests/oracle/test_precision.py), not equality.
+//   (attention q/k/v/o, GDN in_proj_qkv / in_proj_z / out_proj, MLP gate/up/down); norms, the GDN
+//   a/b gate projections, the conv and recurrence, attention scores and softmax and the
+//   embedding stay FP32 in every mode. kFp32 (default) is the exact reference-parity mode above.
+//   The fast modes reduce a selection of those projections (every projection but those of the
+//   first quarter of the layers, rounded up, and the query and key rows of each GDN
+//   in_proj_qkv, which stay exact FP32; KEV_INT8_CLASSES replaces that choice for parity
+//   studies, docs/environment.md): kBf16 multiplies BF16-rounded activation rows (round to
+//   nearest even) with the BF16 weights, exact products summed in FP32; kInt8 quantizes those
+//   weights once, blockwise symmetric (1.125 bytes per weight held; their BF16 pages are
+//   released), and the activations per row and block at every call, with integer dot products.
+//   Every mode keeps the batch- and thread-independence above (bitwise), and kFp32 and kInt8
+//   give the same bits at every instruction-set level; kBf16's last bits may differ between
+//   CPUs (a CPU with a BF16 dot-product unit sums in that unit's order; the kernel layer, which
+//   level, cpu/precision_kernels.h). The fast modes carry a parity budget against kFp32 and the
+//   float64 reference (docs/performance.md, tests/oracle/test_precision.py), not equality.
 // - PrefixState is an immutable value: run_rows/extend only read it. One run_rows pass may mix
 //   rows of different prefixes; a row only ever reads its own prefix's cache. A state is read
 //   only by a model whose backend is of the kind that made it (another is Error(kInternal)).

@@ -28,6 +28,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kev/model/model.h"  // StateBuffer: equal addresses are one shared buffer
+
 namespace kev {
 
 // FNV-1a over the ids; folding one id at a time gives the hash of every prefix in one pass.
@@ -43,12 +45,6 @@ struct TokenIdsHash {
     for (int32_t id : ids) h = token_hash_step(h, id);
     return static_cast<size_t>(h);
   }
-};
-
-// One buffer of a cached state; equal addresses mean one shared buffer (its bytes equal too).
-struct CacheBuffer {
-  const void* address = nullptr;
-  size_t bytes = 0;
 };
 
 // What a saved point is: the end of a computed state, a point just before such an end (tail), or
@@ -112,9 +108,9 @@ class PrefixCache {
   // Inserts (or refreshes) ids -> state, held in `buffers`; then evicts from the cold end until
   // every bound holds. An entry over a bound on its own is not cached.
   void insert(std::span<const int32_t> ids, std::shared_ptr<const State> state,
-              std::vector<CacheBuffer> buffers, PointKind kind = PointKind::kEnd) {
+              std::vector<StateBuffer> buffers, PointKind kind = PointKind::kEnd) {
     size_t alone = ids.size() * sizeof(int32_t);
-    for (const CacheBuffer& b : buffers) alone += b.bytes;
+    for (const StateBuffer& b : buffers) alone += b.bytes;
     std::lock_guard lock(mutex_);
     if (limits_.max_entries == 0 || ids.empty() || ids.size() > limits_.max_tokens ||
         alone > limits_.max_bytes)
@@ -144,7 +140,7 @@ class PrefixCache {
   void insert(std::span<const int32_t> ids, std::shared_ptr<const State> state, size_t bytes,
               PointKind kind = PointKind::kEnd) {
     const void* address = state.get();
-    insert(ids, std::move(state), {CacheBuffer{address, bytes}}, kind);
+    insert(ids, std::move(state), {StateBuffer{address, bytes}}, kind);
   }
 
   // Sends the point saved under exactly `ids` (if any) to the cold end of the eviction order.
@@ -185,7 +181,7 @@ class PrefixCache {
     std::vector<int32_t> ids;
     uint64_t hash = 0;
     std::shared_ptr<const State> state;
-    std::vector<CacheBuffer> buffers;
+    std::vector<StateBuffer> buffers;
     PointKind kind = PointKind::kEnd;
   };
   struct Held {
@@ -225,8 +221,8 @@ class PrefixCache {
     return margin;
   }
   // Under the lock: count an entry's buffers in (a shared one once) or out.
-  void hold(const std::vector<CacheBuffer>& buffers) {
-    for (const CacheBuffer& b : buffers) {
+  void hold(const std::vector<StateBuffer>& buffers) {
+    for (const StateBuffer& b : buffers) {
       Held& h = held_[b.address];
       if (h.entries++ == 0) {
         h.bytes = b.bytes;
@@ -234,8 +230,8 @@ class PrefixCache {
       }
     }
   }
-  void release(const std::vector<CacheBuffer>& buffers) {
-    for (const CacheBuffer& b : buffers) {
+  void release(const std::vector<StateBuffer>& buffers) {
+    for (const StateBuffer& b : buffers) {
       auto it = held_.find(b.address);
       if (--it->second.entries == 0) {
         bytes_ -= it->second.bytes;

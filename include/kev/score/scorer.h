@@ -90,6 +90,9 @@ struct ScoreResult {
 struct ScoreJob {
   const ApiRequest* request = nullptr;
   std::function<bool()> gone;  // as in score(): asked inside and after this request's state prefix
+  // The request's encoding, when the caller made it already (Scorer::encode: the server sizes a
+  // request's memory from it), so it is tokenized once; null: the scorer encodes it.
+  std::shared_ptr<const Encoding> encoding;
 };
 
 // Either result (error null) or the exception score() would have thrown for this request alone.
@@ -128,6 +131,9 @@ class Scorer {
   const Model& model() const { return *model_; }
   const PointerHead& head() const { return head_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  // The request's encoding as score() makes it (the bundle's tokenizer and delimiters, the
+  // scorer's limits); the same Error(kBadInput) for a request it refuses.
+  Encoding encode(const ApiRequest& request) const;
   const PrefixCache<PrefixState>& cache() const { return *cache_; }
   // State tokens taken from saved points / computed, over the scorer's life.
   uint64_t reused_tokens() const { return reused_tokens_.load(std::memory_order_relaxed); }

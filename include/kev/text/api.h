@@ -34,6 +34,7 @@
 
 #include "kev/core/json_strict.h"
 #include "kev/text/encoding.h"
+#include "kev/text/question_limits.h"
 
 namespace kev {
 
@@ -53,7 +54,6 @@ struct ApiRequest {
   std::vector<ApiQuestion> questions;
 };
 
-inline constexpr size_t kMaxOptions = 255;
 ApiRequest parse_request(std::string_view json_text, const JsonLimits& limits = {});
 ApiRequest request_from_json(const OrderedJson& body);
 std::string render(const OrderedJson& value, int indent = 0);
