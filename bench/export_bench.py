@@ -101,7 +101,9 @@ def main():
     base, ckpt = os.path.join(synth, "base"), os.path.join(synth, "checkpoint")
     recipe = os.path.join(a.work, f"recipe-{a.shape}.json")
     if not os.path.exists(recipe) and not a.synth_args:
-        run([a.kev, "pin", "--base", base, "--checkpoint", ckpt, "--out", recipe])
+        # A tiny shape is no Kev size: `kev pin` is told its member (a real size is recognised).
+        member = {"tiny": ["--model", "kev-4b"], "tiny-0.8b": ["--model", "kev-0.8b"]}.get(a.shape, [])
+        run([a.kev, "pin", *member, "--base", base, "--checkpoint", ckpt, "--out", recipe])
     elif not os.path.exists(recipe):
         # A scaled shape (e.g. --layers 8) is no Kev size, so `kev pin` (which requires a family
         # member's inventory) refuses it: write its recipe here, every file pinned by hashlib.

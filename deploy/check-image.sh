@@ -48,7 +48,7 @@ echo "   built in $(( $(date +%s) - start )) s: $("${podman[@]}" image inspect k
 
 echo "== 3. the image's kev, as uid 10001, on a synthetic bundle"
 "$kev" synth --out "$work/synth" --quiet >/dev/null
-"$kev" pin --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" --out "$work/recipe.json" >/dev/null
+"$kev" pin --model kev-4b --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" --out "$work/recipe.json" >/dev/null
 "$kev" export --recipe "$work/recipe.json" --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" \
   --out "$work/bundle" --quiet
 cid=$("${podman[@]}" create kev-native:check)

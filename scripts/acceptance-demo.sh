@@ -20,7 +20,7 @@ rm -rf synth bundle recipe.json ./*.jsonl ./*.svg serve.out serve.log
 
 echo "== 1. export a synthetic model"
 "$kev" synth --out synth --quiet
-"$kev" pin --base synth/base --checkpoint synth/checkpoint --out recipe.json >/dev/null
+"$kev" pin --model kev-4b --base synth/base --checkpoint synth/checkpoint --out recipe.json >/dev/null
 "$kev" export --recipe recipe.json --base synth/base --checkpoint synth/checkpoint --out bundle --quiet
 
 echo "== 2. reference answers (fp32; for a real model: the upstream server's answers, one JSON body a line)"

@@ -30,7 +30,7 @@ if [ ! -f "$work/bundle/kev_export.json" ]; then
   echo "== synthesize + pin + export a tiny bundle in $work"
   rm -rf "$work/synth" "$work/bundle"
   "$kev" synth --out "$work/synth" --quiet
-  "$kev" pin --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" --out "$work/recipe.json"
+  "$kev" pin --model kev-4b --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" --out "$work/recipe.json"
   "$kev" export --recipe "$work/recipe.json" --base "$work/synth/base" \
     --checkpoint "$work/synth/checkpoint" --out "$work/bundle" --quiet
 fi

@@ -44,7 +44,7 @@ for model in "${models[@]}"; do
     fi
   fi
 done
-"$kev_a" pin --quiet --base "$work/synth-tiny/base" --checkpoint "$work/synth-tiny/checkpoint" \
+"$kev_a" pin --quiet --model kev-4b --base "$work/synth-tiny/base" --checkpoint "$work/synth-tiny/checkpoint" \
   --out "$work/recipe-tiny.json"
 python3 - "$work" <<'PY'
 import json, sys

@@ -20,8 +20,8 @@ tok_args=()
 
 echo "== 1. synthesize a Kev-4B-layout checkpoint (tiny dimensions) in $work/synth"
 "$kev" synth --out "$work/synth" "${tok_args[@]}"
-echo "== 2. pin its files into a recipe (SHA-256 of every input)"
-"$kev" pin --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" --out "$work/recipe.json"
+echo "== 2. pin its files into a recipe (SHA-256 of every input) as kev-4b: tiny widths tell no member"
+"$kev" pin --model kev-4b --base "$work/synth/base" --checkpoint "$work/synth/checkpoint" --out "$work/recipe.json"
 echo "== 3. export: verify hashes, validate the 248 LoRA targets, merge to BF16, publish atomically"
 "$kev" export --recipe "$work/recipe.json" --base "$work/synth/base" \
   --checkpoint "$work/synth/checkpoint" --out "$work/bundle"

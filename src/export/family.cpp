@@ -1,5 +1,7 @@
 #include "kev/export/family.h"
 
+#include <fmt/format.h>
+
 #include "kev/core/error.h"
 
 namespace kev {
@@ -80,6 +82,15 @@ const FamilyMember* find_member(std::string_view model) {
   return nullptr;
 }
 
+bool is_member_config(const FamilyMember& m, const BaseTextConfig& c) {
+  const BaseTextConfig& b = m.config;
+  return c.layers == b.layers && c.full_attention == b.full_attention && c.hidden == b.hidden &&
+         c.intermediate == b.intermediate && c.heads == b.heads && c.kv_heads == b.kv_heads &&
+         c.head_dim == b.head_dim && c.linear_key_heads == b.linear_key_heads &&
+         c.linear_value_heads == b.linear_value_heads && c.linear_key_dim == b.linear_key_dim &&
+         c.linear_value_dim == b.linear_value_dim && c.attn_output_gate == b.attn_output_gate;
+}
+
 const std::vector<std::string>& kev_target_modules() {
   static const std::vector<std::string> modules = {
       "q_proj",    "k_proj",      "v_proj",    "o_proj",    "gate_proj", "up_proj",
@@ -122,6 +133,59 @@ void check_member_counts(const FamilyMember& m, const std::vector<LoraTarget>& t
        "attention, with all 12 projections)",
        got.total(), got.mlp, got.attention, got.gdn, m.display, want.total(), want.mlp,
        want.attention, want.gdn, m.base_repo, m.config.layers, full);
+}
+
+std::string describe_config(const BaseTextConfig& c) {
+  return fmt::format("{} layers, hidden size {}", c.layers, c.hidden);
+}
+
+namespace {
+
+std::string as_model_flags(const std::vector<const FamilyMember*>& members) {
+  std::string out;
+  for (size_t i = 0; i < members.size(); ++i)
+    out += fmt::format("{}--model {}",
+                       i == 0                    ? ""
+                       : i + 1 == members.size() ? " or "
+                                                 : ", ",
+                       members[i]->model);
+  return out;
+}
+
+}  // namespace
+
+const FamilyMember& member_from_config(const std::string& form, const BaseTextConfig& config,
+                                       const std::string& config_name,
+                                       const std::vector<FamilyMember>& family) {
+  std::vector<const FamilyMember*> of_form, matches, same_depth;
+  for (const auto& m : family) {
+    if (m.weights != form) continue;
+    of_form.push_back(&m);
+    if (is_member_config(m, config)) matches.push_back(&m);
+    if (m.config.full_attention == config.full_attention) same_depth.push_back(&m);
+  }
+  if (matches.size() == 1) return *matches.front();
+  const bool full = form == "full";
+  if (of_form.empty())
+    fail(ErrorKind::kBadInput,
+         "cannot tell the family member from {}: no Kev member is a {} checkpoint", config_name,
+         form);
+  if (!matches.empty())
+    fail(ErrorKind::kBadInput,
+         "cannot tell the family member from {} ({}): it is the {}config of {} {} members; pass {}",
+         config_name, describe_config(config), full ? "" : "base ", matches.size(),
+         full ? "full-weight" : "LoRA", as_model_flags(matches));
+  std::string known;
+  for (const auto* m : of_form)
+    known +=
+        fmt::format("{}{}: {}", known.empty() ? "" : "; ", m->model, describe_config(m->config));
+  fail(ErrorKind::kBadInput,
+       "cannot tell the family member from {} ({}): it is no Kev {} member's {}({}); pass {}{}",
+       config_name, describe_config(config), full ? "full-weight" : "LoRA",
+       full ? "config " : "base ", known, as_model_flags(same_depth.empty() ? of_form : same_depth),
+       same_depth.empty()       ? ""
+       : same_depth.size() == 1 ? " (the member of its depth)"
+                                : " (the members of its depth)");
 }
 
 }  // namespace kev

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <regex>
+#include <utility>
 
 #include "kev/core/error.h"
 #include "kev/core/file.h"
@@ -155,9 +156,56 @@ void settle_revision(PinnedRepo& repo, const std::string& dir, const std::string
          repo.repo, model, side);
 }
 
+// The member a checkpoint is, told from its files (PinOptions::model empty): its form, then the
+// config.json of its backbone, hashed (and cross-checked in a cache snapshot) before it is
+// parsed. Returns the member and that config.json's SHA-256, which the pinned one must equal.
+std::pair<const FamilyMember*, std::string> member_from_checkpoint(const PinOptions& o,
+                                                                   PinSummary& s) {
+  const std::string form = checkpoint_form_from_files(o.checkpoint_dir);
+  if (form.empty())
+    fail(ErrorKind::kBadInput,
+         "{} holds neither adapter_config.json (a LoRA checkpoint) nor config.json with "
+         "model*.safetensors shards (a full-weight checkpoint), so kev pin cannot tell the family "
+         "member from it; pin the whole download, or name the member with --model",
+         o.checkpoint_dir);
+  const bool full = form == "full";
+  if (!full && o.base_dir.empty())
+    fail(ErrorKind::kBadInput,
+         "{} holds adapter_config.json, a LoRA checkpoint: --base (the base model directory its "
+         "adapter is merged into) is required",
+         o.checkpoint_dir);
+  const std::string& dir = full ? o.checkpoint_dir : o.base_dir;
+  const std::string name = dir + "/config.json";
+  size_t cross_checked = 0;  // counted when the file is pinned below
+  const std::string digest = hash_and_cross_check(
+      dir, "config.json", full ? "checkpoint/config.json" : "base/config.json", cross_checked);
+  const std::string bytes = read_file(name);
+  if (sha256_hex(bytes) != digest) fail(ErrorKind::kIntegrity, "{} changed while pinning", name);
+  const BaseTextConfig config =
+      full ? parse_full_config(bytes, name).text : parse_base_text_config(bytes, name);
+  const FamilyMember& member = member_from_config(form, config, name);
+  s.member = full ? fmt::format("{} (full weights, {}) from the checkpoint's config.json",
+                                member.model, describe_config(config))
+                  : fmt::format("{} (a LoRA adapter on a base of {}) from the base's config.json",
+                                member.model, describe_config(config));
+  return {&member, digest};
+}
+
+// --model wins, but a config that is exactly another member's is worth a word.
+void note_other_member(const FamilyMember& named, const BaseTextConfig& config,
+                       const std::string& name, PinSummary& s) {
+  if (is_member_config(named, config)) return;
+  for (const auto& m : kev_family())
+    if (m.weights == named.weights && is_member_config(m, config))
+      s.notes.push_back(fmt::format("{} is {}'s {}({}), not {}'s; pinned as {}, as --model says",
+                                    name, m.model, m.weights == "full" ? "config " : "base ",
+                                    describe_config(config), named.model, named.model));
+}
+
 // A full-weight checkpoint (Kev 1.0's Kev-27B): no base, the checkpoint pins its own config,
 // tokenizer, index, shards and head.pt; every check `kev export` makes runs here first.
-PinSummary run_pin_full(const PinOptions& o, PinSummary s) {
+// decided_config: the SHA-256 of the config.json the member was told from ("" for --model).
+PinSummary run_pin_full(const PinOptions& o, PinSummary s, const std::string& decided_config) {
   Recipe& r = s.recipe;
   const FamilyMember& member = *find_member(r.model);
   if (!o.base_dir.empty())
@@ -201,9 +249,11 @@ PinSummary run_pin_full(const PinOptions& o, PinSummary s) {
       sha256_hex(head_bytes) != *r.checkpoint.files["head.pt"])
     fail(ErrorKind::kIntegrity, "{}: the index or head.pt changed while pinning", o.checkpoint_dir);
   std::string config_bytes = read_file(o.checkpoint_dir + "/config.json");
-  if (sha256_hex(config_bytes) != *r.checkpoint.files["config.json"])
+  if (sha256_hex(config_bytes) != *r.checkpoint.files["config.json"] ||
+      (!decided_config.empty() && decided_config != *r.checkpoint.files["config.json"]))
     fail(ErrorKind::kIntegrity, "{}/config.json changed while pinning", o.checkpoint_dir);
   FullConfig config = parse_full_config(config_bytes, o.checkpoint_dir + "/config.json");
+  note_other_member(member, config.text, o.checkpoint_dir + "/config.json", s);
   if (config.text.full_attention != member.config.full_attention)
     fail(ErrorKind::kBadInput,
          "{}/config.json has {} layers of another layout than {} ({} layers, full attention on "
@@ -285,12 +335,22 @@ Recipe known_recipe(const std::string& model) {
   return r;
 }
 
-PinSummary run_pin(const PinOptions& o) {
+PinSummary run_pin(const PinOptions& options) {
   PinSummary s;
+  PinOptions o = options;
+  std::string decided_config;  // SHA-256 of the config.json the member was told from
+  if (o.model.empty()) {
+    if (path_exists(o.out_path))
+      fail(ErrorKind::kBadInput, "{} already exists; kev pin never overwrites a recipe",
+           o.out_path);
+    auto [member, digest] = member_from_checkpoint(o, s);
+    o.model = member->model;
+    decided_config = digest;
+  }
   s.recipe = known_recipe(o.model);
   if (path_exists(o.out_path))
     fail(ErrorKind::kBadInput, "{} already exists; kev pin never overwrites a recipe", o.out_path);
-  if (s.recipe.weights == "full") return run_pin_full(o, std::move(s));
+  if (s.recipe.weights == "full") return run_pin_full(o, std::move(s), decided_config);
   Recipe& r = s.recipe;
   const FamilyMember& member = *find_member(r.model);
   if (o.base_dir.empty())
@@ -384,12 +444,14 @@ PinSummary run_pin(const PinOptions& o) {
   std::string config_bytes = read_file(o.base_dir + "/config.json");
   std::string adapter_bytes = read_file(o.checkpoint_dir + "/adapter_config.json");
   if (sha256_hex(config_bytes) != *r.base.files["config.json"] ||
+      (!decided_config.empty() && decided_config != *r.base.files["config.json"]) ||
       sha256_hex(adapter_bytes) != *r.checkpoint.files["adapter_config.json"])
     fail(ErrorKind::kIntegrity, "config.json or adapter_config.json changed while pinning");
   if (malformed_head) std::rethrow_exception(malformed_head);
   if (sha256_hex(head_bytes) != *r.checkpoint.files["head.pt"])
     fail(ErrorKind::kIntegrity, "{} changed while pinning", head_path);
   BaseTextConfig config = parse_base_text_config(config_bytes, o.base_dir + "/config.json");
+  note_other_member(member, config, o.base_dir + "/config.json", s);
   LoraConfig lora = parse_lora_config(adapter_bytes, o.checkpoint_dir + "/adapter_config.json");
   if (fields.lora && *fields.lora != lora.rank)
     fail(ErrorKind::kBadInput,

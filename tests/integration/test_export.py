@@ -108,7 +108,7 @@ def synth(tmp_path_factory):
     kevtest.run_kev("synth", "--out", root / "synth", "--seed", "7")
     base, ckpt = str(root / "synth" / "base"), str(root / "synth" / "checkpoint")
     recipe = str(root / "recipe.json")
-    kevtest.run_kev("pin", "--base", base, "--checkpoint", ckpt, "--out", recipe)
+    kevtest.run_kev("pin", "--model", "kev-4b", "--base", base, "--checkpoint", ckpt, "--out", recipe)
     out = str(root / "bundle")
     export(recipe, base, ckpt, out, check=True)
     return {"root": root, "base": base, "ckpt": ckpt, "recipe": recipe, "out": out}

@@ -192,11 +192,17 @@ def small(tmp_path_factory):
 def test_pin_refuses_a_layout_of_another_member(small, tmp_path):
     out = tmp_path / "r.json"
     s = small / "tiny-0.8b"
-    proc = kevtest.run_kev("pin", "--base", s / "base", "--checkpoint", s / "checkpoint", "--out", out,
-                           check=False)
+    proc = kevtest.run_kev("pin", "--model", "kev-4b", "--base", s / "base", "--checkpoint", s / "checkpoint",
+                           "--out", out, check=False)
     assert proc.returncode == 2, proc.stderr
     for needle in ("186", "248", "72 MLP, 24 attention, 90 GDN", "--model kev-0.8b"):
         assert needle in proc.stderr, proc.stderr
+    assert not out.exists()
+    # Without --model: tiny widths are no member's, and the member of its depth is named.
+    proc = kevtest.run_kev("pin", "--base", s / "base", "--checkpoint", s / "checkpoint", "--out", out,
+                           check=False)
+    assert proc.returncode == 2 and "cannot tell the family member" in proc.stderr, proc.stderr
+    assert "--model kev-0.8b" in proc.stderr and "--model kev-4b" not in proc.stderr, proc.stderr
     assert not out.exists()
     s = small / "tiny"
     proc = kevtest.run_kev("pin", "--model", "kev-27b-v1-lora", "--base", s / "base", "--checkpoint",

@@ -17,7 +17,7 @@ def bundle(tmp_path_factory):
     root = tmp_path_factory.mktemp("verify")
     kevtest.run_kev("synth", "--out", root / "synth")
     base, ckpt = root / "synth" / "base", root / "synth" / "checkpoint"
-    kevtest.run_kev("pin", "--base", base, "--checkpoint", ckpt, "--out", root / "recipe.json")
+    kevtest.run_kev("pin", "--model", "kev-4b", "--base", base, "--checkpoint", ckpt, "--out", root / "recipe.json")
     kevtest.run_kev("export", "--recipe", root / "recipe.json", "--base", base, "--checkpoint", ckpt,
                     "--out", root / "bundle")
     return root / "bundle"

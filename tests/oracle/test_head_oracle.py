@@ -115,7 +115,8 @@ def test_exported_bundle_meets_gates(oracle, tmp_path):
     kevtest.run_kev("synth", "--out", synth, "--hidden", 2560, "--pointer", 256, "--quiet")
     shutil.copyfile(os.path.join(oracle["dir"], "head.pt"), synth / "checkpoint" / "head.pt")
     recipe = tmp_path / "recipe.json"
-    kevtest.run_kev("pin", "--base", synth / "base", "--checkpoint", synth / "checkpoint", "--out", recipe)
+    kevtest.run_kev("pin", "--model", "kev-4b", "--base", synth / "base", "--checkpoint", synth / "checkpoint",
+                    "--out", recipe)
     bundle = tmp_path / "bundle"
     kevtest.run_kev("export", "--recipe", recipe, "--base", synth / "base", "--checkpoint", synth / "checkpoint",
                     "--out", bundle, "--quiet")

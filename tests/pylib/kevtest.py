@@ -116,8 +116,10 @@ def write_safetensors(path, tensors, metadata=None):
             f.write(b)
 
 
-def synth_bundle(directory, *synth_args, pin_args=()):
-    """kev synth -> kev pin -> kev export under `directory`; returns (synth dir, bundle dir)."""
+def synth_bundle(directory, *synth_args, pin_args=("--model", "kev-4b")):
+    """kev synth -> kev pin -> kev export under `directory`; returns (synth dir, bundle dir). Tiny
+    widths are no family member's own, so pin is told the member: pin_args (by default kev-4b,
+    whose depth kev synth's default shape has)."""
     directory = os.fspath(directory)
     synth = os.path.join(directory, "synth")
     recipe = os.path.join(directory, "recipe.json")

@@ -43,6 +43,24 @@ const std::vector<FamilyMember>& kev_family();
 // nullptr for a model outside the family.
 const FamilyMember* find_member(std::string_view model);
 
+// Whether `config` is the member's base text config: the same layer count and layer kinds and
+// every size equal (hidden, intermediate, attention and GDN heads and head sizes, the output
+// gate). A download of the member's base (LoRA) or of its full weights holds exactly that.
+bool is_member_config(const FamilyMember& member, const BaseTextConfig& config);
+
+// The member a checkpoint of `form` ("lora" or "full", checkpoint_form_from_files) is, given the
+// text config of the backbone it runs on (`config_name` names that file in messages): the one
+// member of `family` with that weights form whose base config is exactly `config`
+// (is_member_config). None or several: Error kBadInput, one sentence naming the candidates (the
+// members of that form at the config's depth where there are any, else all of that form) and
+// saying to pass --model.
+const FamilyMember& member_from_config(const std::string& form, const BaseTextConfig& config,
+                                       const std::string& config_name,
+                                       const std::vector<FamilyMember>& family = kev_family());
+
+// "N layers, hidden size H", for messages.
+std::string describe_config(const BaseTextConfig& config);
+
 // The twelve projections every released Kev adapter names in target_modules.
 const std::vector<std::string>& kev_target_modules();
 

@@ -18,6 +18,20 @@
 // refused (Error kUnsupported, formats/checkpoint_fields.h), as are adapter_config.json settings
 // (export/configs.h); a recipe is only written for a checkpoint `kev export` can run.
 //
+// Which member: --model names it (PinOptions::model) and wins. Without it, pin tells the member
+// from the checkpoint itself: its form by upstream's rule above, and the config.json of the
+// backbone it runs on (a LoRA checkpoint's base, a full-weight checkpoint's own), which must be
+// exactly one member's base config (member_from_config): 64 layers of Kev-27B's sizes in full
+// weights are kev-27b, in a LoRA checkpoint's base kev-27b-v1-lora; a base of Qwen3.5-4B's sizes
+// is kev-4b. That config.json is hashed (and cross-checked, in a cache snapshot) before it is
+// parsed, and the hash pinned later must be the one the member was decided on (else kIntegrity).
+// No member or several (as for kev synth's tiny shapes, tiny widths at a member's depth): Error
+// kBadInput, one sentence naming the candidates and --model, before head.pt or any other input
+// is read; so is a checkpoint with neither form's files, and an adapter without --base.
+// PinSummary::member says which member was chosen and from what; with --model, a config that is
+// exactly another member's gets a note (the recipe is still the named member's, checked as
+// below).
+//
 // A revision the built-in recipe leaves null (not confirmed) comes from the snapshot path or
 // --base-revision / --checkpoint-revision; without either, pin refuses. Before writing, the
 // pinned config.json and adapter_config.json must define the member's LoRA inventory
@@ -27,12 +41,15 @@
 #include <string>
 #include <vector>
 
+#include "kev/export/configs.h"
+#include "kev/export/family.h"
 #include "kev/export/recipe.h"
 
 namespace kev {
 
 struct PinOptions {
-  std::string base_dir, checkpoint_dir, out_path, model = "kev-4b";  // base_dir: LoRA only
+  std::string base_dir, checkpoint_dir, out_path;  // base_dir: LoRA only
+  std::string model;  // a family member's name; empty: told from the checkpoint (see above)
   // A revision the user vouches for (40 hex); needed where the recipe's is null and the
   // directory is not a Hugging Face cache snapshot. Empty: not given.
   std::string base_revision, checkpoint_revision;
@@ -42,6 +59,9 @@ struct PinSummary {
   Recipe recipe;
   size_t files = 0, cross_checked = 0;
   std::vector<std::string> notes;  // e.g. a snapshot revision differing from the release
+  // Where the member was told from the checkpoint (no --model): which, and from what, e.g.
+  // "kev-27b (full weights, 64 layers, hidden size 5120) from the checkpoint's config.json".
+  std::string member;
 };
 
 // The built-in description of a family member (kev/export/family.h: repos, release revisions
