@@ -1,15 +1,18 @@
 # Install rules (`cmake --install`), the CMake package config (find_package(kev) -> kev::kev),
 # man pages and bash completion generated from `kev ... --help`, and the Debian package (CPack).
-# Layout under the prefix (docs/install.md):
-#   bin/kev                                   the command
-#   include/kev/, lib/libkev_*.a              the library (component Development)
-#   lib/cmake/kev/                            kevConfig.cmake, kevTargets.cmake (kev::kev)
-#   share/man/man1/kev.1, kev-<command>.1     one page per command
+# Layout under the prefix (docs/install.md), by install component (one Debian package each,
+# cmake/package.cmake):
+#   bin/kev                                   the command (component Runtime: kev-native)
+#   include/kev/, lib/libkev_*.a              the library (component Development: kev-native-dev)
+#   lib/cmake/kev/                            kevConfig.cmake, kevTargets.cmake (kev::kev;
+#                                             Development)
+#   share/man/man1/kev.1, kev-<command>.1     one page per command (Runtime, as below)
 #   share/bash-completion/completions/kev
 #   share/doc/kev-native/                     README.md, docs/
 #   share/kev/recipes/, share/kev/examples/   pinned recipes, the example request set
 #   lib/systemd/system/kev.service, etc/default/kev   (the Debian package only: KEV_SYSTEMD_UNIT)
-#   KEV_PYTHON_INSTALL_DIR/kev_native/        the Python module (python/CMakeLists.txt)
+#   KEV_PYTHON_INSTALL_DIR/kev_native/        the Python module (component Python:
+#                                             python3-kev-native; python/CMakeLists.txt)
 include(CMakePackageConfigHelpers)
 
 set(kev_layers kev_core kev_cpu kev_formats kev_head kev_export kev_text kev_model kev_synth

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Builds the Debian packages with CPack: build/package/kev-native_<version>-1_<arch>.deb (the
-# command, man pages, bash completion, docs, recipes, examples, the systemd unit, the Python
-# module) and kev-native-dev_<version>-1_<arch>.deb (headers, static libraries, find_package(kev)).
+# Builds the Debian packages with CPack, split as Debian splits them (cmake/package.cmake), in
+# build/package:
+#   kev-native_<version>-1_<arch>.deb          the command and server, man pages, bash completion,
+#                                              docs, recipes, examples, the systemd unit; no Python
+#   python3-kev-native_<version>-1_<arch>.deb  the Python module kev_native (when pybind11 is
+#                                              found); depends on kev-native of the same version
+#   kev-native-dev_<version>-1_<arch>.deb      headers, static libraries, find_package(kev)
 #
 #   scripts/package.sh [BUILD_DIR]      (default build/package; uses ccache when installed)
 #
 # The tree is configured for the system prefix (/usr, /etc/default/kev, the Python module in
-# /usr/lib/python3/dist-packages); dependencies come from dpkg-shlibdeps (docs/install.md).
+# /usr/lib/python3/dist-packages); dependencies come from dpkg-shlibdeps (docs/install.md). It
+# prints the paths of the packages it made, one a line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/package}

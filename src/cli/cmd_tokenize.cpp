@@ -1,6 +1,8 @@
 // `kev tokenize`: text on stdin -> token ids as JSON on stdout.
 //   default   the whole of stdin is one text: {"ids": [...]}
-//   --jsonl   every stdin line is a JSON string; one JSON array of ids per output line
+//   --jsonl   every stdin line is a JSON string; one JSON array of ids per output line, written
+//             and flushed as soon as its line is read (a co-process gets each answer before it
+//             sends the next line, as with kev score --jsonl)
 //   --decode  stdin is a JSON array of ids; prints {"text": "..."}
 #include <iostream>
 #include <iterator>
@@ -65,6 +67,7 @@ int run_tokenize(const TokenizeOptions& o) {
         fail(ErrorKind::kBadInput, "stdin line {} is not a JSON string", n);
       }
       std::cout << ids_json(tok.encode(j.get_ref<const std::string&>(), o.special)) << "\n";
+      std::cout.flush();
     }
     return 0;
   }
@@ -79,7 +82,9 @@ const bool tokenize_registered = register_command(
       app.add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(path())->required();
       app.add_flag("--special", o->special,
                    "match added/special tokens written in the text (default: plain text)");
-      app.add_flag("--jsonl", o->jsonl, "one JSON string per stdin line, one id array per line");
+      app.add_flag("--jsonl", o->jsonl,
+                   "one JSON string per stdin line, one id array per line (written as soon as "
+                   "its line is read)");
       app.add_flag("--decode", o->decode, "decode a JSON array of ids from stdin instead");
       return [o] { return run_tokenize(*o); };
     });
