@@ -68,15 +68,17 @@ const GemmVariant* gemm(Isa level);
 // their scales sx [..][blocks].
 using Int8Range = void (*)(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                            const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
-// The folder's int8 kernels, registered by name (`kev cpu`'s gemm_int8_kernel), each with the
-// level it belongs to (`kev cpu`'s gemm_int8) and, when it needs more than that level, the CPU
-// check of its extension (nullptr: the level's alone).
-struct Int8Variant {
+// A precision-mode kernel of the folder, registered by name (`kev cpu`'s gemm_int8_kernel /
+// gemm_bf16_dot), with the level it belongs to (`kev cpu`'s gemm_int8) and, when it needs more
+// than that level, the CPU check of its extension (nullptr: the level's alone).
+template <class Range>
+struct PrecisionVariant {
   const char* name;
   Isa level;
   bool (*cpu_runs)();
-  Int8Range range;
+  Range range;
 };
+using Int8Variant = PrecisionVariant<Int8Range>;
 std::span<const Int8Variant> int8_variants();
 // The kernel a level runs here, after any start-up probe: an index into int8_variants(), or -1
 // for the portable kernel. A folder that probes a kernel first calls probe_kernel on
@@ -91,12 +93,7 @@ QuantizeBlock quantize_block();
 // Output groups [g0, g1) of y from BF16 activations xq [rows padded to 6][ldxq].
 using Bf16Range = void (*)(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf16PairMatrix& w,
                            float* y, int64_t ldy, int64_t g0, int64_t g1);
-struct Bf16Variant {  // as Int8Variant
-  const char* name;
-  Isa level;
-  bool (*cpu_runs)();
-  Bf16Range range;
-};
+using Bf16Variant = PrecisionVariant<Bf16Range>;
 std::span<const Bf16Variant> bf16_variants();
 // The dot kernel a level runs here (an index into bf16_variants()), or -1: the bf16 mode rounds
 // activations and runs gemm.

@@ -1,8 +1,8 @@
 #include "kev/cpu/model_kernels.h"
 
 #include "cpu/arch.h"
+#include "cpu/drivers/precision_variants.h"
 #include "cpu/levels.h"
-#include "cpu/precision_variants.h"
 #include "kev/core/error.h"
 #include "kev/cpu/gemm.h"
 

@@ -1,7 +1,7 @@
 // The pointer head's kernel table (kernel layer; the head's math and its order of operations are
 // stated in include/kev/head/pointer_head.h). One variant per level of the architecture the
 // binary is built for (portable; x86-64: AVX2+FMA, AVX-512F; aarch64: NEON), all one body over a
-// 16-lane vector type (src/cpu/head_kernels_body.inc) with the same per-element order of
+// 16-lane vector type (src/cpu/bodies/head_kernels_body.inc) with the same per-element order of
 // operations, so every variant, block size and thread split gives bit-identical results.
 // Thread safety: every function may be called from any thread.
 #pragma once

@@ -1,39 +1,28 @@
-// The kernels of the fast precision modes (`--precision int8` and `--precision bf16`), as the
-// portable folder and the CPU family folder registered them (src/cpu/arch.h), known by name:
-// `kev cpu` reports them, tests pick them with find_int8_kernel / find_bf16_kernel. This layer
-// names none of them.
+// The kernels of the fast precision modes (`--precision int8` and `--precision bf16`), known by
+// the names `kev cpu` reports; tests and benchmarks pick one by name. Which kernels exist is the
+// CPU family folder's business (src/cpu/arch.h); this header promises what every one of them
+// computes.
 //
 // Contract:
-// - int8 (Int8Kernel): the contract of gemm_int8.h, bit for bit, for every kernel: "portable",
-//   the family's (x86-64: avx2, avx512bw, avx512vnni; aarch64: neon) and the portable emulation
-//   of the AVX-512 VNNI kernel ("avx512vnni-emulated", which runs anywhere). They read the same
-//   packed Int8Matrix, so the packing does not depend on the CPU.
+// - int8 (Int8Kernel): the contract of gemm_int8.h, bit for bit, for every kernel, whatever its
+//   level or CPU: "portable", the family's, and the emulation of a family kernel
+//   ("...-emulated", which runs on any CPU). They read the same packed Int8Matrix.
 // - bf16 dot (Bf16Kernel): "none" means the bf16 mode has no dot kernel here and rounds
 //   activations to BF16 before the BF16 x FP32 GEMM (gemm.h's order). A dot kernel computes
 //   y = bf16(x) * W^T with the activations rounded to BF16 (round to nearest even, bf16.h) and
 //   one FP32 accumulator per output that takes, for k-pairs p = 0, 1, ... in ascending order,
 //   two FMAs: first the odd element (k = 2p + 1), then the even one (k = 2p), each rounded to
-//   nearest even, denormal inputs read as zero and denormal results flushed to zero (the order
-//   of x86's AVX512-BF16 vdpbf16ps, Intel SDM). That is not the rounding path's order, so a
-//   machine with a dot kernel gives other last bits in bf16 mode than one without: a different
-//   mode of the same precision, held by its own tolerance (|y - y64| <= g * sum |x_k w_k|, g =
-//   (K-1)u / (1 - (K-1)u), u = 2^-24, <= K * 2^-24 for K <= 4096, against a float64 evaluation
-//   of the same BF16 operands, plus the flushed denormals) and by the budget of
-//   docs/performance.md; still independent of the batch and the thread split. Weights are packed
-//   once at load time (Bf16PairMatrix, 2 bytes per weight; the caller releases the mapped BF16
-//   pages, as int8 does). "avx512bf16-emulated" is the portable emulation of x86's kernel.
-// - Emulations: the kernel bodies run on a tiny set of vector operations written in plain C++
-//   after each instruction's documented semantics (src/cpu/portable/avx512_emu_ops.h), on any
-//   CPU of any architecture: what tests use on machines without the instructions.
-// - Safety net: before its first use in a process, a family kernel whose folder asks for it
-//   (x86's AVX-512 kernels) solves a small fixed probe problem and compares it with the portable
-//   kernel (int8: bitwise) or a float64 evaluation (bf16: within the tolerance above). On a
-//   mismatch it writes one line to stderr and the folder falls back to its next kernel for the
-//   rest of the process (kernel_probe_note says why).
-// - Dispatch: the kernel table (model_kernels.h) picks once per process, by the GEMM level:
-//   KEV_ISA or KEV_GEMM_ISA below a kernel's level turn it off. For tests on machines without
-//   AVX-512, KEV_AVX512_EMULATE=1 makes both modes dispatch to the emulations (slow; not for
-//   use) unless KEV_GEMM_ISA / KEV_ISA name a level other than avx512 (docs/environment.md).
+//   nearest even, denormal inputs read as zero and denormal results flushed to zero. That is
+//   not the rounding path's order, so a machine with a dot kernel gives other last bits in bf16
+//   mode than one without: a different mode of the same precision, held by its own tolerance
+//   (|y - y64| <= g * sum |x_k w_k|, g = (K-1)u / (1 - (K-1)u), u = 2^-24, <= K * 2^-24 for
+//   K <= 4096, against a float64 evaluation of the same BF16 operands, plus the flushed
+//   denormals) and by the budget of docs/performance.md; still independent of the batch and the
+//   thread split. Weights are packed once at load time (Bf16PairMatrix, 2 bytes per weight).
+// - A kernel that fails its start-up self-check is not dispatched for the rest of the process;
+//   kernel_probe_note says which and why (also one line on stderr).
+// - Dispatch: the kernel table (model_kernels.h) picks once per process, by the GEMM level
+//   (KEV_ISA / KEV_GEMM_ISA below a kernel's level turn it off; docs/environment.md).
 // Thread safety: every function may be called from any thread.
 #pragma once
 #include <compare>
@@ -80,10 +69,6 @@ Int8Kernel int8_kernel_for(Isa isa);       // what gemm_int8_isa(isa) runs on th
 void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
                       float* y, int64_t ldy, size_t threads);
 
-// Every kernel but the portable one reads activations padded to whole tiles of this many rows
-// (zero rows past `rows`).
-constexpr int64_t kInt8TileRows = 6;
-
 // ---- bf16 dot ----
 using Bf16Kernel = RegisteredKernel<struct Bf16KernelTag>;
 inline constexpr Bf16Kernel kNoBf16Kernel{};  // "none": the rounding path
@@ -93,8 +78,7 @@ std::optional<Bf16Kernel> find_bf16_kernel(std::string_view name);
 bool bf16_kernel_supported(Bf16Kernel k);
 Bf16Kernel best_bf16_kernel();  // the dispatched dot kernel (passed its probe), else "none"
 
-// The bf16 dot kernels read activations padded to whole tiles of this many rows.
-constexpr int64_t kBf16TileRows = 6;
+// The weights in the dot kernels' layout.
 Bf16PairMatrix pack_bf16_pairs(const Bf16Matrix& m, size_t threads = 0);
 
 // y[rows, w.rows] (row stride ldy) = bf16(x) * W^T as above; k must be a dot kernel (not
@@ -102,14 +86,7 @@ Bf16PairMatrix pack_bf16_pairs(const Bf16Matrix& m, size_t threads = 0);
 void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
                      const Bf16PairMatrix& w, float* y, int64_t ldy, size_t threads = 0);
 
-// Runs a kernel's start-up probe (above) now and says whether it passed (a failure is also
-// reported on stderr and in kernel_probe_note). The dispatcher runs it by itself, once per
-// process, where the family asks for it; tests call it on the emulations. The kernel must be
-// supported.
-bool probe_kernel(Int8Kernel k);
-bool probe_kernel(Bf16Kernel k);
-
-// Why a probe turned a kernel off in this process ("" if none did, or none ran yet).
+// Why a start-up self-check turned a kernel off in this process ("" if none did, or none ran yet).
 std::string kernel_probe_note();
 
 }  // namespace kev

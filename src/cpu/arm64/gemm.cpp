@@ -3,8 +3,8 @@
 #include <arm_neon.h>
 
 #include "cpu/arm64/levels.h"
-#include "cpu/gemm_tile.h"
-#include "cpu/kernel_order.h"
+#include "cpu/bodies/gemm_tile.h"
+#include "cpu/bodies/kernel_order.h"
 
 namespace kev::arch {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "cpu/arch.h"
 #include "cpu/arm64/levels.h"
-#include "cpu/int8_layout.h"
+#include "cpu/bodies/int8_layout.h"
 
 namespace kev::arch {
 namespace {

@@ -1,5 +1,5 @@
 // The aarch64 pointer-head kernels (bit-identical to the portable ones): the shared body
-// (src/cpu/head_kernels_body.inc) over 16 lanes as four NEON quads.
+// (src/cpu/bodies/head_kernels_body.inc) over 16 lanes as four NEON quads.
 #include <arm_neon.h>
 
 #include <cstring>
@@ -51,14 +51,9 @@ inline float reduce(const V& a) {
 }
 // 32 quad registers: four per 16-lane vector.
 constexpr size_t kMaxNq = 4;
-constexpr int rows_for(int nq) {
-  return nq <= 2 ? 2 : 1;
-}
-constexpr int tiles_for(int nq) {
-  return nq <= 2 ? 2 : 1;
-}
+constexpr int kTileRows = 2;
 
-#include "cpu/head_kernels_body.inc"
+#include "cpu/bodies/head_kernels_body.inc"
 #undef KEV_HEAD_TARGET
 }  // namespace neon
 

@@ -1,5 +1,6 @@
 // The aarch64 LoRA merge variant (merge.h's order, bit-identical to the portable one): the one
-// vector body (src/cpu/merge_body.inc) over NEON quads (4 lanes, 4 accumulators; FMLA is fused).
+// vector body (src/cpu/bodies/merge_body.inc) over NEON quads (4 lanes, 4 accumulators; FMLA is
+// fused).
 #include <arm_neon.h>
 
 #include <cstdint>
@@ -37,7 +38,7 @@ struct V {
   }
 };
 #define KEV_TARGET
-#include "cpu/merge_body.inc"
+#include "cpu/bodies/merge_body.inc"
 #undef KEV_TARGET
 }  // namespace neon
 

@@ -1,4 +1,4 @@
-// tree16 (src/cpu/kernel_order.h) on a 16-lane accumulator held as four NEON quads (lanes
+// tree16 (src/cpu/bodies/kernel_order.h) on a 16-lane accumulator held as four NEON quads (lanes
 // 4q .. 4q+3), for the family's vector kernels and head kernels (private to src/cpu/arm64/).
 #pragma once
 #include <arm_neon.h>

@@ -1,5 +1,5 @@
 // The few 512-bit operations the AVX-512 precision-mode kernels are written against
-// (src/cpu/tile512_int8.inc, tile512_bf16.inc), in plain C++ following each instruction's
+// (src/cpu/bodies/tile512_int8.inc, tile512_bf16.inc), in plain C++ following each instruction's
 // documented semantics, lane by lane: the kernels' exact code path on any CPU of any
 // architecture (tests check each operation against an independent scalar reference, and on
 // AVX-512 machines the real kernels against the emulated ones). The intrinsics that implement the

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/drivers/precision_variants.h"
 #include "cpu/portable/avx512_emu_ops.h"
 #include "cpu/portable/portable.h"
 
@@ -15,8 +16,8 @@ constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMat
 namespace emu {
 using V = avx512::EmuOps;
 #define KEV_TARGET
-#include "cpu/tile512_bf16.inc"
-#include "cpu/tile512_int8.inc"
+#include "cpu/bodies/tile512_bf16.inc"
+#include "cpu/bodies/tile512_int8.inc"
 #undef KEV_TARGET
 }  // namespace emu
 

@@ -2,8 +2,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "cpu/gemm_tile.h"
-#include "cpu/kernel_order.h"
+#include "cpu/bodies/gemm_tile.h"
+#include "cpu/bodies/kernel_order.h"
 #include "cpu/portable/portable.h"
 
 namespace kev::portable {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/int8_layout.h"
+#include "cpu/bodies/int8_layout.h"
 #include "cpu/portable/portable.h"
 
 namespace kev::portable {

@@ -1,9 +1,9 @@
-// The portable pointer-head kernels: the shared body (src/cpu/head_kernels_body.inc) over a
+// The portable pointer-head kernels: the shared body (src/cpu/bodies/head_kernels_body.inc) over a
 // plain 16-float vector, the reference order of pointer_head.h.
 #include <cmath>
 #include <cstring>
 
-#include "cpu/kernel_order.h"
+#include "cpu/bodies/kernel_order.h"
 #include "cpu/portable/portable.h"
 
 namespace kev::head_kernels {
@@ -47,14 +47,9 @@ inline float reduce(const V& a) {
   return tree16(a.x);
 }
 constexpr size_t kMaxNq = 4;
-constexpr int rows_for(int) {
-  return 1;
-}
-constexpr int tiles_for(int) {
-  return 1;
-}
+constexpr int kTileRows = 1;
 
-#include "cpu/head_kernels_body.inc"
+#include "cpu/bodies/head_kernels_body.inc"
 #undef KEV_HEAD_TARGET
 }  // namespace portable
 

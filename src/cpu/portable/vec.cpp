@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "cpu/kernel_order.h"
+#include "cpu/bodies/kernel_order.h"
 #include "cpu/portable/gdn_columns.h"
 
 #ifdef KEV_CLONE_TARGETS

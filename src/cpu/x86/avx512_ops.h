@@ -1,5 +1,5 @@
 // The few 512-bit operations the AVX-512 precision-mode kernels are written against
-// (src/cpu/tile512_int8.inc, tile512_bf16.inc) as intrinsics: Avx512VnniOps / Avx512BwOps /
+// (src/cpu/bodies/tile512_int8.inc, tile512_bf16.inc) as intrinsics: Avx512VnniOps / Avx512BwOps /
 // Avx512Bf16Ops, each function under the target attribute of exactly the extensions it uses;
 // only ever called after the CPU was checked. The same operations in plain C++ (the emulation
 // every machine tests with) are src/cpu/portable/avx512_emu_ops.h; the register view is the same.

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/gemm_tile.h"
-#include "cpu/group_chunks.h"
-#include "cpu/kernel_order.h"
+#include "cpu/bodies/gemm_tile.h"
+#include "cpu/bodies/kernel_order.h"
+#include "cpu/drivers/group_chunks.h"
 #include "cpu/x86/levels.h"
 #include "cpu/x86/target.h"
 #include "kev/core/threads.h"
@@ -84,6 +84,14 @@ inline void lane_offsets(int64_t k_total, int64_t width, int64_t (&off)[kLanes +
   for (int l = 0; l < kLanes; ++l) off[l + 1] = off[l] + lane_depth(k_total, l) * width;
 }
 
+// One row of the 6 x 16 tile for one step: c0/c1 (outputs 0-7, 8-15) += a[0] x b0/b1.
+KEV_AVX2 __attribute__((always_inline)) inline void lm_row(const float* a, __m256 b0, __m256 b1,
+                                                           __m256& c0, __m256& c1) {
+  const __m256 av = _mm256_broadcast_ss(a);
+  c0 = _mm256_fmadd_ps(av, b0, c0);
+  c1 = _mm256_fmadd_ps(av, b1, c1);
+}
+
 // c[r * 16 + j] = lane sum of row r, output j over `depth` steps of a (6 floats / step) and
 // b (16 floats / step).
 KEV_AVX2 void lm_micro(const float* a, const float* b, int64_t depth, float* c) {
@@ -93,24 +101,12 @@ KEV_AVX2 void lm_micro(const float* a, const float* b, int64_t depth, float* c) 
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   for (int64_t s = 0; s < depth; ++s, a += kLmMr, b += kLmNr) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-    __m256 av = _mm256_broadcast_ss(a);
-    c00 = _mm256_fmadd_ps(av, b0, c00);
-    c01 = _mm256_fmadd_ps(av, b1, c01);
-    av = _mm256_broadcast_ss(a + 1);
-    c10 = _mm256_fmadd_ps(av, b0, c10);
-    c11 = _mm256_fmadd_ps(av, b1, c11);
-    av = _mm256_broadcast_ss(a + 2);
-    c20 = _mm256_fmadd_ps(av, b0, c20);
-    c21 = _mm256_fmadd_ps(av, b1, c21);
-    av = _mm256_broadcast_ss(a + 3);
-    c30 = _mm256_fmadd_ps(av, b0, c30);
-    c31 = _mm256_fmadd_ps(av, b1, c31);
-    av = _mm256_broadcast_ss(a + 4);
-    c40 = _mm256_fmadd_ps(av, b0, c40);
-    c41 = _mm256_fmadd_ps(av, b1, c41);
-    av = _mm256_broadcast_ss(a + 5);
-    c50 = _mm256_fmadd_ps(av, b0, c50);
-    c51 = _mm256_fmadd_ps(av, b1, c51);
+    lm_row(a, b0, b1, c00, c01);
+    lm_row(a + 1, b0, b1, c10, c11);
+    lm_row(a + 2, b0, b1, c20, c21);
+    lm_row(a + 3, b0, b1, c30, c31);
+    lm_row(a + 4, b0, b1, c40, c41);
+    lm_row(a + 5, b0, b1, c50, c51);
   }
   const __m256 out[kLmMr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
                                 {c30, c31}, {c40, c41}, {c50, c51}};

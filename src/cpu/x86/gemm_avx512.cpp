@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cpu/precision_variants.h"
+#include "cpu/drivers/precision_variants.h"
 #include "cpu/x86/avx512_ops.h"
 #include "cpu/x86/levels.h"
 #include "cpu/x86/precision.h"
@@ -18,21 +18,21 @@ constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMat
 namespace vnni {
 using V = avx512::Avx512VnniOps;
 #define KEV_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
-#include "cpu/tile512_int8.inc"
+#include "cpu/bodies/tile512_int8.inc"
 #undef KEV_TARGET
 }  // namespace vnni
 
 namespace bw {
 using V = avx512::Avx512BwOps;
 #define KEV_TARGET __attribute__((target("avx512f,avx512bw")))
-#include "cpu/tile512_int8.inc"
+#include "cpu/bodies/tile512_int8.inc"
 #undef KEV_TARGET
 }  // namespace bw
 
 namespace bf16 {
 using V = avx512::Avx512Bf16Ops;
 #define KEV_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
-#include "cpu/tile512_bf16.inc"
+#include "cpu/bodies/tile512_bf16.inc"
 #undef KEV_TARGET
 }  // namespace bf16
 

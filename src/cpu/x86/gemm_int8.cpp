@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cpu/int8_layout.h"
-#include "cpu/precision_variants.h"
+#include "cpu/bodies/int8_layout.h"
+#include "cpu/drivers/precision_variants.h"
 #include "cpu/x86/levels.h"
 #include "cpu/x86/precision.h"
 #include "cpu/x86/target.h"

@@ -1,5 +1,5 @@
 // The x86-64 pointer-head kernels (bit-identical to the portable ones): the shared body
-// (src/cpu/head_kernels_body.inc) over 16 lanes as two AVX2 ymm halves, or one AVX-512 zmm.
+// (src/cpu/bodies/head_kernels_body.inc) over 16 lanes as two AVX2 ymm halves, or one AVX-512 zmm.
 #include "cpu/arch.h"
 #include "cpu/x86/levels.h"
 #include "cpu/x86/target.h"
@@ -48,14 +48,9 @@ KEV_HEAD_TARGET inline float reduce(const V& a) {
 }
 // 16 ymm registers: keep accumulators + operands within them.
 constexpr size_t kMaxNq = 4;
-constexpr int rows_for(int nq) {
-  return nq <= 2 ? 2 : 1;
-}
-constexpr int tiles_for(int nq) {
-  return nq <= 2 ? 2 : 1;
-}
+constexpr int kTileRows = 2;
 
-#include "cpu/head_kernels_body.inc"
+#include "cpu/bodies/head_kernels_body.inc"
 #undef KEV_HEAD_TARGET
 }  // namespace avx2
 
@@ -91,14 +86,9 @@ KEV_HEAD_TARGET inline float reduce(const V& a) {
 }
 // 32 zmm registers: up to 16 accumulators per tile.
 constexpr size_t kMaxNq = 8;
-constexpr int rows_for(int nq) {
-  return nq <= 4 ? 4 : 2;
-}
-constexpr int tiles_for(int nq) {
-  return nq <= 4 ? 4 : 2;
-}
+constexpr int kTileRows = 4;
 
-#include "cpu/head_kernels_body.inc"
+#include "cpu/bodies/head_kernels_body.inc"
 #undef KEV_HEAD_TARGET
 }  // namespace avx512
 

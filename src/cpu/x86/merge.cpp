@@ -1,5 +1,5 @@
 // The x86-64 LoRA merge variants (merge.h's order, bit-identical to the portable one): the one
-// vector body (src/cpu/merge_body.inc) over AVX2+FMA (8 lanes, 2 accumulators) and AVX-512
+// vector body (src/cpu/bodies/merge_body.inc) over AVX2+FMA (8 lanes, 2 accumulators) and AVX-512
 // (16 lanes, 4 accumulators).
 #include <cstdint>
 
@@ -40,7 +40,7 @@ struct V {
   }
 };
 #define KEV_TARGET __attribute__((target("avx2,fma")))
-#include "cpu/merge_body.inc"
+#include "cpu/bodies/merge_body.inc"
 #undef KEV_TARGET
 }  // namespace avx2
 #undef KEV_OPS
@@ -68,7 +68,7 @@ struct V {
   }
 };
 #define KEV_TARGET __attribute__((target("avx512f,avx512bw,fma")))
-#include "cpu/merge_body.inc"
+#include "cpu/bodies/merge_body.inc"
 #undef KEV_TARGET
 }  // namespace avx512
 #undef KEV_OPS

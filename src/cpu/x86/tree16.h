@@ -1,4 +1,4 @@
-// tree16 (src/cpu/kernel_order.h) on a 16-lane accumulator held in x86 registers, for the
+// tree16 (src/cpu/bodies/kernel_order.h) on a 16-lane accumulator held in x86 registers, for the
 // family's vector kernels and head kernels (private to src/cpu/x86/).
 #pragma once
 #include "cpu/x86/target.h"

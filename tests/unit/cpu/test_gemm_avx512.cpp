@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cpu/drivers/precision_variants.h"
 #include "cpu/portable/avx512_emu_ops.h"
 #include "gemm_problem.h"
 #include "kev/core/bf16.h"

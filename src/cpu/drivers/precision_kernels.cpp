@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "cpu/arch.h"
-#include "cpu/group_chunks.h"
+#include "cpu/drivers/group_chunks.h"
+#include "cpu/drivers/precision_variants.h"
 #include "cpu/portable/portable.h"
-#include "cpu/precision_variants.h"
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/threads.h"

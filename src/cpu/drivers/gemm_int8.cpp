@@ -9,11 +9,11 @@
 #include <cstring>
 
 #include "cpu/arch.h"
-#include "cpu/group_chunks.h"
-#include "cpu/int8_layout.h"
+#include "cpu/bodies/int8_layout.h"
+#include "cpu/drivers/group_chunks.h"
+#include "cpu/drivers/precision_variants.h"
 #include "cpu/levels.h"
 #include "cpu/portable/portable.h"
-#include "cpu/precision_variants.h"
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
 #include "kev/core/threads.h"

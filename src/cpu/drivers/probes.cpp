@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/drivers/precision_variants.h"
 #include "kev/core/bf16.h"
 #include "kev/cpu/precision_kernels.h"
 
