@@ -74,15 +74,7 @@ const bool score_registered = register_command(
           app.add_flag("--date-facts", o->decode.date_facts,
                        "add day counts between the state's absolute dates before scoring "
                        "(upstream; also KEV_DATE_FACTS=1), as kev serve --date-facts");
-      app.add_option("--max-json-keys", o->decode.json.max_object_keys,
-                     "most keys in any one JSON object of a request, else 422 (default 16384)")
-          ->check(whole(1, kMaxJsonCount));
-      app.add_option("--max-json-elements", o->decode.json.max_array_elements,
-                     "most elements in any one JSON array of a request, else 422 (default 16384)")
-          ->check(whole(1, kMaxJsonCount));
-      app.add_option("--max-json-depth", o->decode.json.max_depth,
-                     "deepest JSON nesting in a request, else 422 (default 64)")
-          ->check(whole(1, kMaxJsonDepthLimit));
+      add_json_limit_flags(app, o->decode.json);
       add_scorer_flags(app, o->scorer);
       const EnvFlags flags = env_flags(app, date_facts);
       CLI::Option* temperature = app.get_option_no_throw("--temperature");

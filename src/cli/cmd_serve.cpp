@@ -205,15 +205,7 @@ const bool serve_registered = register_command(
       app.add_option("--idle-timeout", o->serve.idle_timeout_s,
                      "seconds a keep-alive connection may wait for its next request (default 5)")
           ->check(number(0, Bound::kOpen, 86400, Bound::kClosed));
-      app.add_option("--max-json-keys", o->serve.json.max_object_keys,
-                     "most keys in any one JSON object of a request, else 422 (default 16384)")
-          ->check(whole(1, kMaxJsonCount));
-      app.add_option("--max-json-elements", o->serve.json.max_array_elements,
-                     "most elements in any one JSON array of a request, else 422 (default 16384)")
-          ->check(whole(1, kMaxJsonCount));
-      app.add_option("--max-json-depth", o->serve.json.max_depth,
-                     "deepest JSON nesting in a request, else 422 (default 64)")
-          ->check(whole(1, kMaxJsonDepthLimit));
+      add_json_limit_flags(app, o->serve.json);
       app.add_option(
              "--log-format", o->log_format,
              "request log on stderr: text (one \"kev serve: METHOD PATH STATUS N ms\" line, "

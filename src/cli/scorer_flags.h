@@ -1,6 +1,6 @@
 // The flags `kev score` and `kev serve` share: encoding limits, request size, answer rounding,
 // prefix cache (saved points), compute threads, precision and the calibration temperature, bound
-// straight into a kev::ScorerOptions.
+// straight into a kev::ScorerOptions; the request parser's JSON limits.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -9,6 +9,7 @@
 
 #include "cli/options.h"
 #include "kev/core/error.h"
+#include "kev/core/json_strict.h"
 
 #include "kev/score/scorer.h"
 
@@ -52,6 +53,19 @@ inline void apply_temperature_env(const CLI::Option* flag, double& t) {
          "KEV_TEMPERATURE must be a finite number > 0 and at most {}, not \"{}\"", kMaxTemperature,
          std::string(v).substr(0, 40));
   t = std::strtod(v, nullptr);
+}
+
+// `--max-json-keys`, `--max-json-elements`, `--max-json-depth`: the request parser's limits.
+inline void add_json_limit_flags(CLI::App& app, JsonLimits& json) {
+  app.add_option("--max-json-keys", json.max_object_keys,
+                 "most keys in any one JSON object of a request, else 422 (default 16384)")
+      ->check(whole(1, kMaxJsonCount));
+  app.add_option("--max-json-elements", json.max_array_elements,
+                 "most elements in any one JSON array of a request, else 422 (default 16384)")
+      ->check(whole(1, kMaxJsonCount));
+  app.add_option("--max-json-depth", json.max_depth,
+                 "deepest JSON nesting in a request, else 422 (default 64)")
+      ->check(whole(1, kMaxJsonDepthLimit));
 }
 
 inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {

@@ -64,14 +64,7 @@ class LinearBuilder : public nlohmann::json_sax<OrderedJson> {
                    const nlohmann::detail::exception& e) override {
     at_ = position;
     overflow_ = e.id == 406;  // out_of_range.406: a number no double holds (1e999)
-    std::string_view why = e.what();
-    if (auto colon = why.find(": ");
-        why.find("parse error at") != std::string_view::npos && colon != std::string_view::npos)
-      why.remove_prefix(colon + 2);  // "[json.exception...] parse error at line 1, column 5: "
-    else if (auto bracket = why.find("] "); bracket != std::string_view::npos)
-      why.remove_prefix(bracket + 2);
-    why = why.substr(0, why.find("; last read"));
-    for (char c : why.substr(0, 160)) reason_ += c >= 0x20 && c < 0x7f ? c : '?';
+    reason_ = json_error_reason(e.what());
     for (char c : std::string_view(last_token).substr(0, 40))
       token_ += c >= 0x20 && c < 0x7f ? c : '?';
     return false;
@@ -183,6 +176,18 @@ std::string shown_json(const nlohmann::json& v) {
   if (!shallow(v, 2)) return std::string(v.type_name());
   std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return s.size() > 80 ? s.substr(0, 80) + "..." : s;
+}
+
+std::string json_error_reason(std::string_view what) {
+  if (auto colon = what.find(": ");
+      what.find("parse error at") != std::string_view::npos && colon != std::string_view::npos)
+    what.remove_prefix(colon + 2);  // "[json.exception...] parse error at line 1, column 5: "
+  else if (auto bracket = what.find("] "); bracket != std::string_view::npos)
+    what.remove_prefix(bracket + 2);
+  what = what.substr(0, what.find("; last read"));
+  std::string reason;
+  for (char c : what.substr(0, 160)) reason += c >= 0x20 && c < 0x7f ? c : '?';
+  return reason;
 }
 
 }  // namespace kev

@@ -71,32 +71,43 @@ const std::set<std::string> kKnownAdapterKeys = {
     "lora_dropout", "loftq_config", "eva_config", "corda_config", "runtime_config",
     "layers_pattern", "megatron_core", "qalora_group_size", "ensure_weight_tying"};
 
+// PEFT features whose merge is not W + (alpha / r) B A, refused by name: switches that must be
+// off (false or absent), and settings that must be empty (absent, null, [] or {}).
+struct RefusedFeature {
+  const char* key;
+  const char* what;
+};
+constexpr RefusedFeature kRefusedSwitches[] = {{"use_dora", "DoRA"},
+                                               {"lora_bias", "a trained bias beside lora_B"},
+                                               {"use_qalora", "QALoRA"},
+                                               {"use_rslora", "rsLoRA scales by alpha/sqrt(r)"},
+                                               {"fan_in_fan_out", "transposed weights"}};
+constexpr RefusedFeature kRefusedSettings[] = {
+    {"modules_to_save", "fully trained extra modules"},
+    {"rank_pattern", "per-module ranks"},
+    {"alpha_pattern", "per-module alphas"},
+    {"layers_to_transform", "a layer subset"},
+    {"layer_replication", "replicated layers"},
+    {"exclude_modules", "modules left out of target_modules"},
+    {"target_parameters", "LoRA on parameters rather than modules"},
+    {"trainable_token_indices",
+     "trained token embeddings that replace rows of the embedding matrix"},
+    {"alora_invocation_tokens", "activated LoRA, applied only after its invocation tokens"},
+    {"megatron_config", "Megatron parallel layers"},
+    {"arrow_config", "routing among several adapters"}};
+
 }  // namespace
 
 BaseTextConfig parse_base_text_config(std::string_view text, const std::string& name) {
-  Json root = parse_object(text, name);
-  const Json* tc = &root;
-  if (auto it = root.find("text_config"); it != root.end()) {
-    if (!it->is_object()) fail(ErrorKind::kBadInput, "{}: text_config must be an object", name);
-    tc = &*it;
-  }
+  const Json root = parse_object(text, name);
+  const Json* tc = &qwen_text_config(root, name);
   BaseTextConfig c;
-  c.hidden = positive_int(*tc, "hidden_size", name);
-  c.layers = positive_int(*tc, "num_hidden_layers", name);
-  c.intermediate = positive_int(*tc, "intermediate_size", name);
-  c.heads = positive_int(*tc, "num_attention_heads", name);
-  c.kv_heads = positive_int(*tc, "num_key_value_heads", name);
-  c.head_dim = tc->contains("head_dim") ? positive_int(*tc, "head_dim", name) : c.hidden / c.heads;
-  c.linear_key_heads = positive_int(*tc, "linear_num_key_heads", name);
-  c.linear_value_heads = positive_int(*tc, "linear_num_value_heads", name);
-  c.linear_key_dim = positive_int(*tc, "linear_key_head_dim", name);
-  c.linear_value_dim = positive_int(*tc, "linear_value_head_dim", name);
+  read_qwen_text_dims(*tc, name, c);
   if (auto g = tc->find("attn_output_gate"); g != tc->end()) {
     if (!g->is_boolean())
       fail(ErrorKind::kBadInput, "{}: \"attn_output_gate\" must be true or false", name);
     c.attn_output_gate = g->get<bool>();
   }
-  c.full_attention = qwen_full_attention_layers(*tc, c.layers, name);
   return c;
 }
 
@@ -113,24 +124,8 @@ LoraConfig parse_lora_config(std::string_view text, const std::string& name) {
       alpha->get<double>() <= 0)
     fail(ErrorKind::kBadInput, "{}: \"lora_alpha\" must be a positive number", name);
   c.alpha = alpha->get<double>();
-  require_off(j, "use_dora", "DoRA", name);
-  require_off(j, "lora_bias", "a trained bias beside lora_B", name);
-  require_off(j, "use_qalora", "QALoRA", name);
-  require_off(j, "use_rslora", "rsLoRA scales by alpha/sqrt(r)", name);
-  require_off(j, "fan_in_fan_out", "transposed weights", name);
-  require_empty(j, "modules_to_save", "fully trained extra modules", name);
-  require_empty(j, "rank_pattern", "per-module ranks", name);
-  require_empty(j, "alpha_pattern", "per-module alphas", name);
-  require_empty(j, "layers_to_transform", "a layer subset", name);
-  require_empty(j, "layer_replication", "replicated layers", name);
-  require_empty(j, "exclude_modules", "modules left out of target_modules", name);
-  require_empty(j, "target_parameters", "LoRA on parameters rather than modules", name);
-  require_empty(j, "trainable_token_indices",
-                "trained token embeddings that replace rows of the embedding matrix", name);
-  require_empty(j, "alora_invocation_tokens",
-                "activated LoRA, applied only after its invocation tokens", name);
-  require_empty(j, "megatron_config", "Megatron parallel layers", name);
-  require_empty(j, "arrow_config", "routing among several adapters", name);
+  for (const RefusedFeature& f : kRefusedSwitches) require_off(j, f.key, f.what, name);
+  for (const RefusedFeature& f : kRefusedSettings) require_empty(j, f.key, f.what, name);
   if (auto init = j.find("init_lora_weights"); init != j.end() && !init->is_null()) {
     static const std::set<std::string> kPlain = {"gaussian", "eva", "orthogonal"};
     if (!init->is_boolean() && !(init->is_string() && kPlain.count(init->get<std::string>())))

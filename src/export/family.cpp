@@ -13,32 +13,19 @@ constexpr const char* kCardsCommit = "0771e6d1832e01cffe7695aaf385eb1625ca4017";
 // Kev 1.0's Kev-27B: the Hub main of jaredpalmer/kev-27b at the release, full weights (v2).
 constexpr const char* kKev27bRelease = "ef78cc8a34d5f426fb229c52089db189218cfe5c";
 
-struct Dims {
-  int64_t hidden, intermediate, layers, heads, kv_heads, head_dim;
-  int64_t linear_key_heads, linear_value_heads, linear_key_dim, linear_value_dim;
-};
-
-// Qwen3.5 text config: full attention on every fourth layer (layer % 4 == 3), GDN elsewhere.
-BaseTextConfig qwen35_config(const Dims& d) {
+// A member's base: its published text config (formats/qwen_config.h) with the output gate.
+BaseTextConfig qwen_base_config(std::string_view size) {
+  const QwenTextDims* dims = qwen_published_dims(size);
+  if (dims == nullptr) fail(ErrorKind::kInternal, "no published config of size {}", size);
   BaseTextConfig c;
-  c.hidden = d.hidden;
-  c.intermediate = d.intermediate;
-  c.layers = d.layers;
-  c.heads = d.heads;
-  c.kv_heads = d.kv_heads;
-  c.head_dim = d.head_dim;
-  c.linear_key_heads = d.linear_key_heads;
-  c.linear_value_heads = d.linear_value_heads;
-  c.linear_key_dim = d.linear_key_dim;
-  c.linear_value_dim = d.linear_value_dim;
+  static_cast<QwenTextDims&>(c) = *dims;
   c.attn_output_gate = true;
-  for (int64_t l = 0; l < d.layers; ++l) c.full_attention.push_back(l % 4 == 3);
   return c;
 }
 
 FamilyMember member(std::string model, std::string display, std::string base_repo,
                     std::string base_revision, std::string prefix, std::string ckpt_repo,
-                    std::string ckpt_revision, std::string ref_revision, const Dims& d) {
+                    std::string ckpt_revision, std::string ref_revision, std::string_view size) {
   FamilyMember m;
   m.model = std::move(model);
   m.display = std::move(display);
@@ -49,7 +36,7 @@ FamilyMember member(std::string model, std::string display, std::string base_rep
   m.checkpoint_revision = std::move(ckpt_revision);
   m.reference_repo = "jaredpalmer/kev";
   m.reference_revision = std::move(ref_revision);
-  m.config = qwen35_config(d);
+  m.config = qwen_base_config(size);
   if (m.model == "kev-27b") m.weights = "full";
   return m;
 }
@@ -60,18 +47,16 @@ const std::vector<FamilyMember>& kev_family() {
   static const std::vector<FamilyMember> family = {
       member("kev-0.8b", "Kev-0.8B", "Qwen/Qwen3.5-0.8B-Base", "", "dc7cdfe2",
              "jaredpalmer/kev-0.8b", "9a45d25eb2ab761841196625383fa1dff0e56c1e", kCardsCommit,
-             {1024, 3584, 24, 8, 2, 256, 16, 16, 128, 128}),
+             "0.8b"),
       member("kev-4b", "Kev-4B", "Qwen/Qwen3.5-4B-Base", "1001bb4d826a52d1f399e183466143f4da7b741b",
              "", "jaredpalmer/kev-4b", "139fdd94f1b6a6ad80cc15e08fcb99cac885a101", "2074cc44",
-             {2560, 9216, 32, 16, 4, 256, 16, 32, 128, 128}),
+             "4b"),
       member("kev-9b", "Kev-9B", "Qwen/Qwen3.5-9B-Base", "", "68c46c4b", "jaredpalmer/kev-9b",
-             "b5d8c18e44c60888d138b65cb6507ff0a5a448a0", kCardsCommit,
-             {4096, 12288, 32, 16, 4, 256, 16, 32, 128, 128}),
+             "b5d8c18e44c60888d138b65cb6507ff0a5a448a0", kCardsCommit, "9b"),
       member("kev-27b", "Kev-27B", "Qwen/Qwen3.8-27B", "", "1d4bf0f2", "jaredpalmer/kev-27b",
-             kKev27bRelease, kCardsCommit, {5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128}),
+             kKev27bRelease, kCardsCommit, "27b"),
       member("kev-27b-v1-lora", "Kev-27B v1 (LoRA)", "Qwen/Qwen3.8-27B", "", "1d4bf0f2",
-             "jaredpalmer/kev-27b", "", kCardsCommit,
-             {5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128}),
+             "jaredpalmer/kev-27b", "", kCardsCommit, "27b"),
   };
   return family;
 }
@@ -83,12 +68,7 @@ const FamilyMember* find_member(std::string_view model) {
 }
 
 bool is_member_config(const FamilyMember& m, const BaseTextConfig& c) {
-  const BaseTextConfig& b = m.config;
-  return c.layers == b.layers && c.full_attention == b.full_attention && c.hidden == b.hidden &&
-         c.intermediate == b.intermediate && c.heads == b.heads && c.kv_heads == b.kv_heads &&
-         c.head_dim == b.head_dim && c.linear_key_heads == b.linear_key_heads &&
-         c.linear_value_heads == b.linear_value_heads && c.linear_key_dim == b.linear_key_dim &&
-         c.linear_value_dim == b.linear_value_dim && c.attn_output_gate == b.attn_output_gate;
+  return c == m.config;
 }
 
 const std::vector<std::string>& kev_target_modules() {

@@ -49,12 +49,7 @@ class FullSource final : public WeightsSource {
            "(\"weights\": \"full\"); they are not one checkpoint",
            o.checkpoint_dir, o.recipe_path);
     in_.inputs = verify_pinned_inputs(in_.recipe, o.recipe_path, o.base_dir, o.checkpoint_dir);
-    const std::string head_path = o.checkpoint_dir + "/head.pt";
-    PyValue head_pt =
-        read_torch_checkpoint_bytes(in_.inputs.bytes("checkpoint/head.pt"), head_path);
-    in_.fields = read_checkpoint_fields(head_pt, head_path);
-    if (in_.fields.weights != "full")
-      refuse_form_mismatch(o.checkpoint_dir, in_.fields.weights, "full");
+    const PyValue head_pt = read_head_fields(in_, o.checkpoint_dir, "full");
     parse_configs(o);
     refuse_unindexed_shards(o.checkpoint_dir, in_.index);
     open_indexed_shards(in_, o.checkpoint_dir, "checkpoint", o.recipe_path);
@@ -66,7 +61,7 @@ class FullSource final : public WeightsSource {
     }
     check_full_tensors(config_, opened, in_.index.shards, o.checkpoint_dir);
     weights_sha256_ = full_weights_sha256(shard_digests);
-    in_.head = extract_head(head_pt, config_.text.hidden, head_path);
+    in_.head = extract_head(head_pt, config_.text.hidden, o.checkpoint_dir + "/head.pt");
   }
 
   // Copies a verified shard byte for byte from its mapping, hashing what is written; the result

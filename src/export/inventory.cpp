@@ -70,21 +70,6 @@ std::vector<int64_t> base_shape(const BaseTextConfig& c, const std::string& modu
 
 }  // namespace
 
-SafetensorsBuffer::SafetensorsBuffer(std::string_view bytes, std::string name)
-    : bytes_(bytes), name_(std::move(name)), header_(parse_safetensors(bytes, name_)) {
-  for (size_t i = 0; i < header_.tensors.size(); ++i) by_name_[header_.tensors[i].name] = i;
-}
-
-const TensorInfo* SafetensorsBuffer::find(std::string_view name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : &header_.tensors[it->second];
-}
-
-const TensorInfo& SafetensorsBuffer::get(std::string_view name) const {
-  if (const TensorInfo* t = find(name)) return *t;
-  fail(ErrorKind::kBadInput, "{} has no tensor named '{}'", name_, name);
-}
-
 std::vector<LoraTarget> expected_targets(const BaseTextConfig& config, const LoraConfig& lora) {
   std::map<std::string, const Family*> family_of;
   for (const auto& f : families())
@@ -115,7 +100,7 @@ std::vector<LoraTarget> expected_targets(const BaseTextConfig& config, const Lor
   return out;
 }
 
-void check_adapter(const std::vector<LoraTarget>& targets, const SafetensorsBuffer& adapter,
+void check_adapter(const std::vector<LoraTarget>& targets, const SafetensorsView& adapter,
                    const BaseTensorLookup& base, int64_t rank, const std::string& name) {
   std::set<std::string> expected;
   for (const auto& t : targets) {

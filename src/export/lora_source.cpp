@@ -28,7 +28,7 @@ struct Target {
   const TensorInfo* b;
 };
 
-std::vector<float> f32_copy(const SafetensorsBuffer& f, const TensorInfo& t) {
+std::vector<float> f32_copy(const SafetensorsView& f, const TensorInfo& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
   std::memcpy(v.data(), f.data(t), t.nbytes);
   return v;
@@ -36,8 +36,7 @@ std::vector<float> f32_copy(const SafetensorsBuffer& f, const TensorInfo& t) {
 
 // Target tensor t of `in` merged with its factors, W + scale * B A, in chunks of rows.
 void merge_tensor(const SafetensorsFile& in, const TensorInfo& t, const Target& target,
-                  const SafetensorsBuffer& adapter, float scale, int64_t rank,
-                  AsyncWriter& writer) {
+                  const SafetensorsView& adapter, float scale, int64_t rank, AsyncWriter& writer) {
   const std::vector<float> a = f32_copy(adapter, *target.a);
   const std::vector<float> b = f32_copy(adapter, *target.b);
   const int64_t rows = t.shape[0], cols = t.shape[1];
@@ -88,17 +87,12 @@ class LoraSource final : public WeightsSource {
     in_.inputs = verify_pinned_inputs(in_.recipe, o.recipe_path, o.base_dir, o.checkpoint_dir);
     // head.pt's inference fields first: a checkpoint kev cannot run is refused by the field
     // that says so, before its other files (a trained-token adapter, say) trip a later check.
-    const std::string head_path = o.checkpoint_dir + "/head.pt";
-    PyValue head_pt =
-        read_torch_checkpoint_bytes(in_.inputs.bytes("checkpoint/head.pt"), head_path);
-    in_.fields = read_checkpoint_fields(head_pt, head_path);
     // Upstream's rule: the files decide the form (an adapter is there) and head.pt must agree.
-    if (in_.fields.weights != "lora")
-      refuse_form_mismatch(o.checkpoint_dir, in_.fields.weights, "lora");
+    const PyValue head_pt = read_head_fields(in_, o.checkpoint_dir, "lora");
     parse_configs(o);
     const auto base_tensors = open_indexed_shards(in_, o.base_dir, "base", o.recipe_path);
     plan_targets(o, base_tensors);
-    in_.head = extract_head(head_pt, config_.hidden, head_path);
+    in_.head = extract_head(head_pt, config_.hidden, o.checkpoint_dir + "/head.pt");
   }
 
   std::string write_shard(size_t s, const std::string& out_path, Progress& progress) override {
@@ -214,7 +208,7 @@ class LoraSource final : public WeightsSource {
     if (const FamilyMember* member = find_member(in_.recipe.model))
       check_member_counts(*member, targets_);
     const std::string adapter_path = o.checkpoint_dir + "/adapter_model.safetensors";
-    adapter_ = std::make_unique<SafetensorsBuffer>(
+    adapter_ = std::make_unique<SafetensorsView>(
         in_.inputs.bytes("checkpoint/adapter_model.safetensors"), adapter_path);
     check_adapter(
         targets_, *adapter_,
@@ -238,7 +232,7 @@ class LoraSource final : public WeightsSource {
 
   BaseTextConfig config_;
   LoraConfig lora_;
-  std::unique_ptr<SafetensorsBuffer> adapter_;  // over in_.inputs.contents: the verified bytes
+  std::unique_ptr<SafetensorsView> adapter_;  // over in_.inputs.contents: the verified bytes
   std::vector<LoraTarget> targets_;
   std::map<std::string, Target> by_base_name_;
   float scale_ = 0;

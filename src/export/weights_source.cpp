@@ -2,8 +2,18 @@
 #include "export/weights_source.h"
 
 #include "kev/core/error.h"
+#include "kev/export/full_weights.h"
+#include "kev/formats/torch_checkpoint.h"
 
 namespace kev {
+
+PyValue read_head_fields(PlannedInputs& p, const std::string& checkpoint_dir, const char* form) {
+  const std::string head_path = checkpoint_dir + "/head.pt";
+  PyValue head_pt = read_torch_checkpoint_bytes(p.inputs.bytes("checkpoint/head.pt"), head_path);
+  p.fields = read_checkpoint_fields(head_pt, head_path);
+  if (p.fields.weights != form) refuse_form_mismatch(checkpoint_dir, p.fields.weights, form);
+  return head_pt;
+}
 
 std::map<std::string, const TensorInfo*> open_indexed_shards(PlannedInputs& p,
                                                              const std::string& dir,

@@ -26,6 +26,7 @@
 #include "kev/export/recipe.h"
 #include "kev/formats/checkpoint_fields.h"
 #include "kev/formats/safetensors.h"
+#include "kev/formats/torch_checkpoint.h"
 #include "kev/text/delimiters.h"
 
 namespace kev {
@@ -71,6 +72,12 @@ class WeightsSource {
 // path that does not exist.
 std::unique_ptr<WeightsSource> plan_lora_source(const ExportOptions& o, Recipe recipe);
 std::unique_ptr<WeightsSource> plan_full_source(const ExportOptions& o, Recipe recipe);
+
+// Reads head.pt from its verified bytes, its inference fields into p.fields, and refuses
+// (refuse_form_mismatch) a checkpoint whose head.pt names another form than `form` ("lora",
+// "full"), the form its files hold. Returns head.pt's value (the head's tensors are read from
+// it once the config is known).
+PyValue read_head_fields(PlannedInputs& p, const std::string& checkpoint_dir, const char* form);
 
 // Opens each shard the index names from `dir` (`role`: "base" or "checkpoint", the recipe's
 // side that must pin it), after the inputs were hashed, and checks that the shards hold exactly

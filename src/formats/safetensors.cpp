@@ -190,19 +190,19 @@ SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& f
   return out;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
-  header_ = parse_safetensors(file_.view(), path);
+SafetensorsView::SafetensorsView(std::string_view bytes, std::string name)
+    : bytes_(bytes), name_(std::move(name)), header_(parse_safetensors(bytes, name_)) {
   for (size_t i = 0; i < header_.tensors.size(); ++i) by_name_[header_.tensors[i].name] = i;
 }
 
-const TensorInfo* SafetensorsFile::find(std::string_view name) const {
+const TensorInfo* SafetensorsView::find(std::string_view name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &header_.tensors[it->second];
 }
 
-const TensorInfo& SafetensorsFile::get(std::string_view name) const {
+const TensorInfo& SafetensorsView::get(std::string_view name) const {
   if (const TensorInfo* t = find(name)) return *t;
-  fail(ErrorKind::kBadInput, "{} has no tensor named '{}'", path(), name);
+  fail(ErrorKind::kBadInput, "{} has no tensor named '{}'", name_, name);
 }
 
 uint64_t TensorSpec::nbytes() const {

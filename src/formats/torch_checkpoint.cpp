@@ -1,7 +1,11 @@
 // PyValue accessors and the torch.save writer (pickle protocol 2 + stored zip).
 #include <bit>
 #include <cstring>
+#include <iterator>
+#include <type_traits>
+#include <variant>
 
+#include "formats/pickle_names.h"
 #include "formats/zip.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
@@ -45,58 +49,22 @@ std::optional<double> PyValue::as_number() const {
   return std::nullopt;
 }
 
+static_assert(std::is_same_v<std::variant_alternative_t<kPythonDictIndex, decltype(PyValue::v)>,
+                             std::shared_ptr<PyDict>> &&
+              std::variant_size_v<decltype(PyValue::v)> == std::size(kPythonTypeNames) + 1);
+
 std::string PyValue::type_name() const {
-  switch (v.index()) {
-    case 0:
-      return "None";
-    case 1:
-      return "bool";
-    case 2:
-      return "int";
-    case 3:
-      return "float";
-    case 4:
-      return "str";
-    case 5:
-      return "bytes";
-    case 6:
-      return "list";
-    case 7:
-      return "tuple";
-    case 8:
-      return as_dict()->ordered ? "OrderedDict" : "dict";
-    default:
-      return "tensor";
-  }
+  const std::size_t i = v.index();
+  if (i == kPythonDictIndex) return as_dict()->ordered ? "OrderedDict" : "dict";
+  return i < std::size(kPythonTypeNames) ? kPythonTypeNames[i] : "tensor";
 }
 
 namespace {
 
 const char* storage_class(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return "FloatStorage";
-    case DType::kF64:
-      return "DoubleStorage";
-    case DType::kF16:
-      return "HalfStorage";
-    case DType::kBF16:
-      return "BFloat16Storage";
-    case DType::kI64:
-      return "LongStorage";
-    case DType::kI32:
-      return "IntStorage";
-    case DType::kI16:
-      return "ShortStorage";
-    case DType::kI8:
-      return "CharStorage";
-    case DType::kU8:
-      return "ByteStorage";
-    case DType::kBool:
-      return "BoolStorage";
-    default:
-      fail(ErrorKind::kUnsupported, "torch checkpoints cannot hold {} tensors", dtype_name(d));
-  }
+  for (const StorageClass& c : kStorageClasses)
+    if (c.dtype == d) return c.name;
+  fail(ErrorKind::kUnsupported, "torch checkpoints cannot hold {} tensors", dtype_name(d));
 }
 
 // Emits pickle protocol 2 opcodes the way Python's pickler would (without the memo, which

@@ -11,6 +11,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "formats/pickle_names.h"
 #include "formats/zip.h"
 #include "kev/core/error.h"
 #include "kev/core/file.h"
@@ -25,6 +26,7 @@ constexpr size_t kMaxConverted = 1u << 20;
 constexpr int kMaxDepth = 100;
 constexpr size_t kMaxDims = 64;
 
+// The first nine in kPythonTypeNames' order (pickle_names.h).
 enum class Kind : uint8_t {
   kNone,
   kBool,
@@ -39,6 +41,8 @@ enum class Kind : uint8_t {
   kStorage,
   kTensor
 };
+static_assert(static_cast<std::size_t>(Kind::kDict) == kPythonDictIndex &&
+              static_cast<std::size_t>(Kind::kGlobal) == std::size(kPythonTypeNames));
 enum class Global : uint8_t { kOrderedDict, kRebuildTensorV2, kRebuildParameter, kStorageType };
 
 struct Node {
@@ -63,17 +67,6 @@ struct Tensor {
   uint32_t storage = 0;  // index into storages_
   int64_t offset = 0;
   std::vector<int64_t> size, stride;
-};
-
-struct StorageClass {
-  const char* name;
-  DType dtype;
-};
-constexpr StorageClass kStorageClasses[] = {
-    {"FloatStorage", DType::kF32},     {"DoubleStorage", DType::kF64}, {"HalfStorage", DType::kF16},
-    {"BFloat16Storage", DType::kBF16}, {"LongStorage", DType::kI64},   {"IntStorage", DType::kI32},
-    {"ShortStorage", DType::kI16},     {"CharStorage", DType::kI8},    {"ByteStorage", DType::kU8},
-    {"BoolStorage", DType::kBool},
 };
 
 std::string printable(std::string_view s) {
@@ -179,33 +172,17 @@ class Unpickler {
   }
   Node& node(uint32_t id) { return nodes_[id]; }
   const char* kind_name(uint32_t id) {
+    const auto k = static_cast<std::size_t>(node(id).kind);
+    if (k == kPythonDictIndex) return node(id).flag ? "OrderedDict" : "dict";
+    if (k < std::size(kPythonTypeNames)) return kPythonTypeNames[k];
     switch (node(id).kind) {
-      case Kind::kNone:
-        return "None";
-      case Kind::kBool:
-        return "bool";
-      case Kind::kInt:
-        return "int";
-      case Kind::kFloat:
-        return "float";
-      case Kind::kStr:
-        return "str";
-      case Kind::kBytes:
-        return "bytes";
-      case Kind::kList:
-        return "list";
-      case Kind::kTuple:
-        return "tuple";
-      case Kind::kDict:
-        return node(id).flag ? "OrderedDict" : "dict";
       case Kind::kGlobal:
         return "a class or function";
       case Kind::kStorage:
         return "storage";
-      case Kind::kTensor:
+      default:
         return "tensor";
     }
-    return "?";
   }
   uint32_t expect(uint32_t id, Kind k, const char* what) {
     if (node(id).kind != k) bad("{} is a {}", what, kind_name(id));

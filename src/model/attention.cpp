@@ -150,22 +150,34 @@ class AttentionBlock {
     return static_cast<int64_t>(r);
   }
 
+  // Runs the causal walk over over_keys' blocks (`own`: this segment's key or value array): the
+  // pairs of a row that ends inside a block take its keys up to their own, one pair at a time
+  // (pair(q, rows, n, column)), the rest the whole block together (block(q0, rows, n, column));
+  // `rows` points at the block's first key row, `column` is its first score index.
+  template <class RowsOf, class Pair, class Block>
+  void over_causal_blocks(const float* own, RowsOf rows_of, Pair pair, Block block) const {
+    over_keys(rows_of, [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool is_own) {
+      const float* rows = (is_own ? own : base) + k0 * kv_w_;
+      const int64_t whole = whole_from(k1, is_own);
+      for (int64_t r = 0; r < whole; ++r) {
+        const int64_t end = std::min(k1, rows_[sz(r)] + 1);
+        for (int64_t q = r * group_; end > k0 && q < (r + 1) * group_; ++q)
+          pair(q, rows, end - k0, at + k0);
+      }
+      block(whole * group_, rows, k1 - k0, at + k0);
+    });
+  }
+
   void scores() {
-    const float* own_k = a_.k + s_.offset * kv_w_ + g_ * hd_;
-    over_keys([](const KvBlock& b) { return b.k.data(); },
-              [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
-                if (own) base = own_k;
-                const int64_t whole = whole_from(k1, own);
-                for (int64_t r = 0; r < whole; ++r) {
-                  const int64_t end = std::min(k1, rows_[sz(r)] + 1);
-                  for (int64_t q = r * group_; end > k0 && q < (r + 1) * group_; ++q)
-                    k_.dot_rows(qp_.data + q * hd_, base + k0 * kv_w_, kv_w_, end - k0, hd_,
-                                p_.data + q * width_ + at + k0);
-                }
-                const int64_t q0 = whole * group_;
-                k_.dot_block(qp_.data + q0 * hd_, hd_, pairs_ - q0, base + k0 * kv_w_, kv_w_,
-                             k1 - k0, hd_, p_.data + q0 * width_ + at + k0, width_);
-              });
+    over_causal_blocks(
+        a_.k + s_.offset * kv_w_ + g_ * hd_, [](const KvBlock& b) { return b.k.data(); },
+        [&](int64_t q, const float* keys, int64_t n, int64_t col) {
+          k_.dot_rows(qp_.data + q * hd_, keys, kv_w_, n, hd_, p_.data + q * width_ + col);
+        },
+        [&](int64_t q0, const float* keys, int64_t n, int64_t col) {
+          k_.dot_block(qp_.data + q0 * hd_, hd_, pairs_ - q0, keys, kv_w_, n, hd_,
+                       p_.data + q0 * width_ + col, width_);
+        });
   }
 
   // Each pair's scores scaled, shifted by their max and exponentiated, then divided by their
@@ -193,22 +205,15 @@ class AttentionBlock {
   }
 
   void weighted_values() {
-    const float* own_v = a_.v + s_.offset * kv_w_ + g_ * hd_;
-    over_keys([](const KvBlock& b) { return b.v.data(); },
-              [&](const float* base, int64_t at, int64_t k0, int64_t k1, bool own) {
-                if (own) base = own_v;
-                const int64_t whole = whole_from(k1, own);
-                for (int64_t r = 0; r < whole; ++r) {
-                  const int64_t end = std::min(k1, rows_[sz(r)] + 1);
-                  for (int64_t q = r * group_; end > k0 && q < (r + 1) * group_; ++q)
-                    k_.axpy_rows(op_.data + q * hd_, p_.data + q * width_ + at + k0,
-                                 base + k0 * kv_w_, kv_w_, end - k0, hd_);
-                }
-                const int64_t q0 = whole * group_;
-                k_.axpy_block(op_.data + q0 * hd_, hd_, pairs_ - q0,
-                              p_.data + q0 * width_ + at + k0, width_, base + k0 * kv_w_, kv_w_,
-                              k1 - k0, hd_);
-              });
+    over_causal_blocks(
+        a_.v + s_.offset * kv_w_ + g_ * hd_, [](const KvBlock& b) { return b.v.data(); },
+        [&](int64_t q, const float* values, int64_t n, int64_t col) {
+          k_.axpy_rows(op_.data + q * hd_, p_.data + q * width_ + col, values, kv_w_, n, hd_);
+        },
+        [&](int64_t q0, const float* values, int64_t n, int64_t col) {
+          k_.axpy_block(op_.data + q0 * hd_, hd_, pairs_ - q0, p_.data + q0 * width_ + col, width_,
+                        values, kv_w_, n, hd_);
+        });
   }
 
   // Each pair's output times sigmoid(gate), into the batch's output rows.

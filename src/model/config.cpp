@@ -14,17 +14,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-int64_t get_int(const Json& j, const char* key, const std::string& where) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer())
-    fail(ErrorKind::kBadInput, "{}: field '{}' is missing or not an integer", where, key);
-  int64_t v = it->get<int64_t>();
-  if (v <= 0) fail(ErrorKind::kBadInput, "{}: field '{}' must be positive, got {}", where, key, v);
-  if (v > (int64_t{1} << 31))
-    fail(ErrorKind::kBadInput, "{}: field '{}' = {} is implausibly large", where, key, v);
-  return v;
-}
-
 double get_number(const Json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number())
@@ -89,30 +78,16 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
     fail(ErrorKind::kBadInput, "{}: not valid JSON ({})", where, e.what());
   }
   if (!root.is_object()) fail(ErrorKind::kBadInput, "{}: expected a JSON object", where);
-  const Json* tcp = &root;
-  if (auto it = root.find("text_config"); it != root.end()) {
-    if (!it->is_object()) fail(ErrorKind::kBadInput, "{}: text_config must be an object", where);
-    tcp = &*it;
-  }
-  const Json& tc = *tcp;
+  const Json& tc = qwen_text_config(root, where);
   if (auto mt = tc.find("model_type"); mt != tc.end()) {
     if (!mt->is_string() || (*mt != "qwen3_5_text" && *mt != "qwen3_5"))
       fail(ErrorKind::kUnsupported, "{}: model_type {} is not supported (expected qwen3_5_text)",
            where, shown_json(*mt));
   }
   ModelConfig c;
-  c.hidden = get_int(tc, "hidden_size", where);
-  c.intermediate = get_int(tc, "intermediate_size", where);
-  c.layers = get_int(tc, "num_hidden_layers", where);
-  c.vocab = get_int(tc, "vocab_size", where);
-  c.heads = get_int(tc, "num_attention_heads", where);
-  c.kv_heads = get_int(tc, "num_key_value_heads", where);
-  c.head_dim = tc.contains("head_dim") ? get_int(tc, "head_dim", where) : c.hidden / c.heads;
-  c.lin_k_heads = get_int(tc, "linear_num_key_heads", where);
-  c.lin_v_heads = get_int(tc, "linear_num_value_heads", where);
-  c.lin_k_dim = get_int(tc, "linear_key_head_dim", where);
-  c.lin_v_dim = get_int(tc, "linear_value_head_dim", where);
-  c.conv_kernel = get_int(tc, "linear_conv_kernel_dim", where);
+  read_qwen_text_dims(tc, where, c);
+  c.vocab = qwen_positive_int(tc, "vocab_size", where);
+  c.conv_kernel = qwen_positive_int(tc, "linear_conv_kernel_dim", where);
   c.rms_eps = get_number(tc, "rms_norm_eps", where);
   if (!(c.rms_eps > 0 && c.rms_eps < 1))
     fail(ErrorKind::kBadInput, "{}: rms_norm_eps must be in (0, 1), got {}", where, c.rms_eps);
@@ -120,10 +95,10 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
     fail(ErrorKind::kBadInput,
          "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", where, c.heads,
          c.kv_heads);
-  if (c.lin_v_heads % c.lin_k_heads != 0)
+  if (c.linear_value_heads % c.linear_key_heads != 0)
     fail(ErrorKind::kBadInput,
          "{}: linear_num_value_heads {} is not a multiple of linear_num_key_heads {}", where,
-         c.lin_v_heads, c.lin_k_heads);
+         c.linear_value_heads, c.linear_key_heads);
   if (c.conv_kernel > 64)
     fail(ErrorKind::kUnsupported, "{}: linear_conv_kernel_dim {} is too large", where,
          c.conv_kernel);
@@ -138,7 +113,6 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
       n != tc.end() && n->is_number_integer() && n->get<int64_t>() > 0)
     fail(ErrorKind::kUnsupported, "{}: mixture-of-experts models are not supported", where);
   parse_rope(tc, c, where);
-  c.full_attention = qwen_full_attention_layers(tc, c.layers, where);
   return c;
 }
 

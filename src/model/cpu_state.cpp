@@ -12,7 +12,7 @@ int64_t conv_history_floats(const ModelConfig& c) {
   return (c.conv_kernel - 1) * c.conv_dim();
 }
 int64_t recurrent_state_floats(const ModelConfig& c) {
-  return c.lin_v_heads * c.lin_k_dim * c.lin_v_dim;
+  return c.linear_value_heads * c.linear_key_dim * c.linear_value_dim;
 }
 
 StateFootprint cpu_state_footprint(const ModelConfig& c) {

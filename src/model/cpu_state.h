@@ -26,7 +26,8 @@ struct KvBlock {
 // far in blocks (position order); a state that continues another shares that one's blocks and
 // adds one of its own, so saved points of one conversation hold each position's keys/values
 // once. GDN layers: conv [conv_kernel - 1, conv_dim] last pre-conv inputs (oldest first, zeros
-// before the start), s [lin_v_heads, lin_k_dim, lin_v_dim] recurrent state (fixed-size).
+// before the start), s [linear_value_heads, linear_key_dim, linear_value_dim] recurrent state
+// (fixed-size).
 struct LayerState {
   std::vector<std::shared_ptr<const KvBlock>> kv;
   std::vector<float> conv, s;

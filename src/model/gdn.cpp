@@ -28,8 +28,8 @@ struct GdnArrays {
   float* conv;  // [T, conv_dim] post-conv, SiLU, q/k normalised (ws.aux1)
   float* z;     // [T, lin_v_total] the output gate's input (ws.big1)
   float* o;     // [T, lin_v_total] the delta rule's outputs (ws.big2)
-  float* g;     // [T, lin_v_heads] a, then the log-decay g (ws.aux2)
-  float* beta;  // [T, lin_v_heads] b, then beta (ws.mix: free until out_proj)
+  float* g;     // [T, linear_value_heads] a, then the log-decay g (ws.aux2)
+  float* beta;  // [T, linear_value_heads] b, then beta (ws.mix: free until out_proj)
 };
 
 constexpr int64_t kConvBlock = 256, kMaxConvTaps = 8;
@@ -107,7 +107,8 @@ void causal_conv(const LayerPass& pass, const GdnWeights& gw, int64_t layer,
 // q and k L2-normalised (q then scaled by dk^-0.5), a -> g and b -> beta, row by row.
 void normalize_and_gate(const LayerPass& pass, const GdnWeights& gw, const GdnArrays& a) {
   const ModelConfig& c = pass.c;
-  const int64_t cd = c.conv_dim(), lk = c.lin_k_heads, lv = c.lin_v_heads, dk = c.lin_k_dim;
+  const int64_t cd = c.conv_dim(), lk = c.linear_key_heads, lv = c.linear_value_heads,
+                dk = c.linear_key_dim;
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
   const ModelKernels& k = pass.k;
   parallel_for(
@@ -152,8 +153,9 @@ void save_conv_history(const LayerPass& pass, int64_t layer, const Segment& s, c
 void delta_rule(const LayerPass& pass, int64_t layer, const std::vector<Segment>& segs,
                 const GdnArrays& a, LayerState* st) {
   const ModelConfig& c = pass.c;
-  const int64_t cd = c.conv_dim(), lk = c.lin_k_heads, lv = c.lin_v_heads, dk = c.lin_k_dim,
-                dv = c.lin_v_dim, vt = c.lin_v_total(), group = lv / lk;
+  const int64_t cd = c.conv_dim(), lk = c.linear_key_heads, lv = c.linear_value_heads,
+                dk = c.linear_key_dim, dv = c.linear_value_dim, vt = c.lin_v_total(),
+                group = lv / lk;
   if (st) st->s.assign(sz(recurrent_state_floats(c)), 0.0f);
   parallel_for(
       segs.size() * sz(lv),
@@ -185,7 +187,8 @@ void delta_rule(const LayerPass& pass, int64_t layer, const std::vector<Segment>
 
 // Gated RMSNorm per value head: rmsnorm(o) * w * silu(z).
 void gated_norm(const LayerPass& pass, const GdnWeights& gw, const GdnArrays& a) {
-  const int64_t lv = pass.c.lin_v_heads, dv = pass.c.lin_v_dim, vt = pass.c.lin_v_total();
+  const int64_t lv = pass.c.linear_value_heads, dv = pass.c.linear_value_dim,
+                vt = pass.c.lin_v_total();
   const ModelKernels& k = pass.k;
   const float eps = pass.eps();
   parallel_for(

@@ -127,7 +127,7 @@ void for_each_selected(const ModelWeights& w, const Int8Selection& sel, Fn fn) {
     if (r0 >= 0) fn(m, r0, r1);
   };
   int64_t layer = 0;
-  const int64_t qk = c.lin_k_heads * c.lin_k_dim;
+  const int64_t qk = c.linear_key_heads * c.linear_key_dim;
   for (const LayerWeights& l : w.layers()) {
     if (l.full_attention) {
       visit(layer, l.attn.q, {{Int8Class::kAttnQ, l.attn.q.rows}});
@@ -231,20 +231,36 @@ void project(const ModelKernels& kern, Precision precision, const Int8Weights* i
   kern.gemm(x, rows, ldx, m, y, m.rows, threads);
 }
 
+namespace {
+
+struct PrecisionNames {
+  Precision precision;
+  const char* name;
+  const char* torch_dtype;
+};
+constexpr PrecisionNames kPrecisions[] = {{Precision::kFp32, "fp32", "float32"},
+                                          {Precision::kBf16, "bf16", "bfloat16"},
+                                          {Precision::kInt8, "int8", "int8"}};
+
+const PrecisionNames& names_of(Precision p) {
+  for (const PrecisionNames& n : kPrecisions)
+    if (n.precision == p) return n;
+  return kPrecisions[0];
+}
+
+}  // namespace
+
 const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kInt8:
-      return "int8";
-    default:
-      return "fp32";
-  }
+  return names_of(p).name;
+}
+
+const char* torch_dtype_name(Precision p) {
+  return names_of(p).torch_dtype;
 }
 
 Precision parse_precision(const std::string& name) {
-  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8})
-    if (name == precision_name(p)) return p;
+  for (const PrecisionNames& n : kPrecisions)
+    if (name == n.name) return n.precision;
   fail(ErrorKind::kBadInput, "unknown precision '{}' (expected fp32, bf16 or int8)", name);
 }
 

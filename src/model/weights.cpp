@@ -179,7 +179,7 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
       lw.attn.k_norm = b.vector(a + "k_norm.weight", {hd});
     } else {
       std::string g = p + "linear_attn.";
-      const int64_t lv = c.lin_v_heads, vt = c.lin_v_total();
+      const int64_t lv = c.linear_value_heads, vt = c.lin_v_total();
       lw.gdn.qkv = b.matrix(g + "in_proj_qkv.weight", c.conv_dim(), h);
       lw.gdn.z = b.matrix(g + "in_proj_z.weight", vt, h);
       lw.gdn.a = b.matrix(g + "in_proj_a.weight", lv, h);
@@ -188,7 +188,7 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
       lw.gdn.conv = b.vector(g + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel});
       lw.gdn.a_log = b.vector(g + "A_log", {lv});
       lw.gdn.dt_bias = b.vector(g + "dt_bias", {lv});
-      lw.gdn.norm = b.vector(g + "norm.weight", {c.lin_v_dim});
+      lw.gdn.norm = b.vector(g + "norm.weight", {c.linear_value_dim});
     }
     w->layers_.push_back(std::move(lw));
   }

@@ -15,7 +15,8 @@ struct WorkspaceWidths {
 
 WorkspaceWidths workspace_widths(const ModelConfig& c) {
   const int64_t big = std::max({c.intermediate, c.heads * c.head_dim * 2, c.lin_v_total()});
-  const int64_t aux = std::max({c.kv_heads * c.head_dim, c.lin_v_heads, c.heads * c.head_dim});
+  const int64_t aux =
+      std::max({c.kv_heads * c.head_dim, c.linear_value_heads, c.heads * c.head_dim});
   return {.hidden = c.hidden,
           .big = big,
           .qkv = std::max(c.conv_dim(), c.kv_heads * c.head_dim),

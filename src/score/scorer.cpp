@@ -6,6 +6,7 @@
 
 #include "kev/core/error.h"
 #include "kev/core/py_random.h"
+#include "kev/text/python_compat.h"
 
 namespace kev {
 

@@ -19,6 +19,7 @@
 #include "kev/core/utc_time.h"
 #include "kev/serve/http_framing.h"
 #include "kev/serve/request_id.h"
+#include "kev/text/python_compat.h"
 #include "serve/server_state.h"
 
 namespace kev {

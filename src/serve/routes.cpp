@@ -92,21 +92,6 @@ Reply metrics_reply(const Impl& srv) {
   return r;
 }
 
-// The dtype /v1/models reports, in the torch names 1.0 prints (DecisionModel.dtype): the
-// arithmetic of the projections that runs (--precision / KEV_DTYPE); the weights are the
-// bundle's BF16 in every mode.
-const char* dtype_name(Precision p) {
-  switch (p) {
-    case Precision::kFp32:
-      return "float32";
-    case Precision::kBf16:
-      return "bfloat16";
-    case Precision::kInt8:
-      return "int8";
-  }
-  return "float32";
-}
-
 // Upstream's GET /v1/models: one TypeSafe card (name, description, release_date) per
 // accepted name, plus serving details a client may ignore.
 Reply models_reply(const Impl& srv) {
@@ -124,7 +109,8 @@ Reply models_reply(const Impl& srv) {
       {"lora", srv.bundle.lora_rank},
       {"device", "cpu"},
       {"backend", "kev-native"},
-      {"dtype", dtype_name(o.forward.precision)},
+      // the arithmetic that runs (--precision / KEV_DTYPE); the weights are BF16 in every mode
+      {"dtype", torch_dtype_name(o.forward.precision)},
       {"temperature", s.head().temperature()},
       {"bundle_temperature", srv.bundle.temperature},
       {"max_state_tokens", o.limits.max_state},

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -392,25 +393,54 @@ uint64_t write_safetensors(const std::string& path, const std::vector<TensorSpec
   return writer.bytes_written();
 }
 
+void make_directory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0)
+    fail(ErrorKind::kIo, "cannot create {}: {}", dir, std::strerror(errno));
+}
+
+// A model's tensors in two shard files ("STEM-00001-of-00002.safetensors", ...), with the
+// index's weight map and the bytes of all of them.
+struct ShardedWeights {
+  std::string names[2];
+  std::vector<TensorSpec> shards[2];
+  nlohmann::json weight_map = nlohmann::json::object();
+  uint64_t total = 0;
+  size_t count = 0;  // tensors
+};
+
 // Two shards by the canonical order, cut where half of the bytes are behind us, each listing
-// its tensors by name; returns the weight map.
-nlohmann::json split_shards(std::vector<TensorSpec> all, const std::string (&names)[2],
-                            std::vector<TensorSpec> (&shards)[2], uint64_t& total) {
-  total = 0;
-  for (const auto& t : all) total += t.nbytes();
+// its tensors by name.
+ShardedWeights split_shards(std::vector<TensorSpec> all, const std::string& stem) {
+  ShardedWeights w;
+  w.count = all.size();
+  for (const auto& t : all) w.total += t.nbytes();
   uint64_t before = 0;
   for (auto& t : all) {
-    uint64_t n = t.nbytes();
-    shards[before >= total / 2 ? 1 : 0].push_back(std::move(t));
+    const uint64_t n = t.nbytes();
+    w.shards[before >= w.total / 2 ? 1 : 0].push_back(std::move(t));
     before += n;
   }
-  nlohmann::json weight_map = nlohmann::json::object();
   for (int k = 0; k < 2; ++k) {
-    std::sort(shards[k].begin(), shards[k].end(),
+    w.names[k] = fmt::format("{}-0000{}-of-00002.safetensors", stem, k + 1);
+    std::sort(w.shards[k].begin(), w.shards[k].end(),
               [](const auto& a, const auto& b) { return a.name < b.name; });
-    for (const auto& t : shards[k]) weight_map[t.name] = names[k];
+    for (const auto& t : w.shards[k]) w.weight_map[t.name] = w.names[k];
   }
-  return weight_map;
+  return w;
+}
+
+// A model directory: config.json, the tokenizer's two files, the shards' index and the shards.
+void write_model_dir(const std::string& dir, const std::string& config,
+                     const std::string& tokenizer, const std::string& tokenizer_config,
+                     const ShardedWeights& w, uint64_t seed, Progress& progress) {
+  write_file_synced(dir + "/config.json", config);
+  write_file_synced(dir + "/tokenizer.json", tokenizer);
+  write_file_synced(dir + "/tokenizer_config.json", tokenizer_config);
+  const nlohmann::json index = {{"metadata", {{"total_size", w.total}}},
+                                {"weight_map", w.weight_map}};
+  write_file_synced(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+  for (int k = 0; k < 2; ++k)
+    write_safetensors(dir + "/" + w.names[k], w.shards[k], seed, progress);
 }
 
 // A full-weight checkpoint (what kev.train --full_ft publishes): DIR/checkpoint with the text
@@ -423,26 +453,16 @@ SynthSummary synthesize_full(const SynthOptions& o, const std::string& tokenizer
   for (auto& t : synth_base_tensors(s))
     if (t.name.starts_with(kLm))
       all.push_back({t.name.substr(std::string_view(kLm).size()), DType::kBF16, t.shape});
-  const size_t count = all.size();
-  const std::string names[2] = {"model-00001-of-00002.safetensors",
-                                "model-00002-of-00002.safetensors"};
-  std::vector<TensorSpec> shards[2];
-  uint64_t total = 0;
-  nlohmann::json weight_map = split_shards(std::move(all), names, shards, total);
+  const ShardedWeights weights = split_shards(std::move(all), "model");
   StagingDir staging(o.out);
   const std::string ckpt = staging.file("checkpoint");
-  if (::mkdir(ckpt.c_str(), 0755) != 0)
-    fail(ErrorKind::kIo, "cannot create {}: {}", ckpt, std::strerror(errno));
-  write_file_synced(ckpt + "/config.json", full_config_json(s));
-  write_file_synced(ckpt + "/tokenizer.json", tokenizer);
-  write_file_synced(ckpt + "/tokenizer_config.json", tokenizer_config);
-  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_file_synced(ckpt + "/model.safetensors.index.json", index.dump(2) + "\n");
-  Progress progress("synth", total, count);
-  for (int k = 0; k < 2; ++k) write_safetensors(ckpt + "/" + names[k], shards[k], o.seed, progress);
+  make_directory(ckpt);
+  Progress progress("synth", weights.total, weights.count);
+  write_model_dir(ckpt, full_config_json(s), tokenizer, tokenizer_config, weights, o.seed,
+                  progress);
   write_head(ckpt + "/head.pt", o, true);
   staging.publish();
-  return {s.vocab, count, 0, total};
+  return {s.vocab, weights.count, 0, weights.total};
 }
 
 }  // namespace
@@ -469,22 +489,14 @@ SynthShape synth_shape(std::string_view name) {
     s.linear_value_dim = 8;
     s.vocab = 0, s.pointer = 32;
     if (big) s.weights_dtype = "bf16";
-  } else if (name == "0.8b") {
-    s.hidden = 1024, s.intermediate = 3584, s.layers = 24, s.heads = 8, s.kv_heads = 2,
-    s.head_dim = 256;
-    s.linear_key_heads = 16, s.linear_value_heads = 16, s.linear_key_dim = 128,
-    s.linear_value_dim = 128;
-    s.vocab = 248320, s.pointer = 256;
-  } else if (name == "4b") {
-    s.hidden = 2560, s.intermediate = 9216, s.layers = 32, s.heads = 16, s.kv_heads = 4,
-    s.head_dim = 256;
-    s.linear_key_heads = 16, s.linear_value_heads = 32, s.linear_key_dim = 128,
-    s.linear_value_dim = 128;
+  } else if (name == "0.8b" || name == "4b") {
+    static_cast<QwenTextDims&>(s) = *qwen_published_dims(name);
     s.vocab = 248320, s.pointer = 256;
   } else {
     fail(ErrorKind::kBadInput,
          "synth: unknown --shape '{}' (known: tiny, tiny-0.8b, tiny-27b, 0.8b, 4b)", name);
   }
+  s.full_attention.clear();  // the layer kinds are is_full_attention_layer's (SynthShape)
   return s;
 }
 
@@ -577,24 +589,11 @@ SynthSummary synthesize(const SynthOptions& options) {
   if (o.form != "lora")
     fail(ErrorKind::kBadInput, "synth: --form must be lora or full, got '{}'", o.form);
 
-  std::vector<TensorSpec> all = synth_base_tensors(s);
-  const size_t base_count = all.size();
-  const std::string shard_names[2] = {"model.safetensors-00001-of-00002.safetensors",
-                                      "model.safetensors-00002-of-00002.safetensors"};
-  std::vector<TensorSpec> shards[2];
-  uint64_t total = 0;
-  nlohmann::json weight_map = split_shards(std::move(all), shard_names, shards, total);
+  const ShardedWeights weights = split_shards(synth_base_tensors(s), "model.safetensors");
 
   StagingDir staging(o.out);
   const std::string base = staging.file("base"), ckpt = staging.file("checkpoint");
-  for (const auto& dir : {base, ckpt})
-    if (::mkdir(dir.c_str(), 0755) != 0)
-      fail(ErrorKind::kIo, "cannot create {}: {}", dir, std::strerror(errno));
-  write_file_synced(base + "/config.json", config_json(s));
-  write_file_synced(base + "/tokenizer.json", tokenizer);
-  write_file_synced(base + "/tokenizer_config.json", tokenizer_config);
-  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_file_synced(base + "/model.safetensors.index.json", index.dump(2) + "\n");
+  for (const auto& dir : {base, ckpt}) make_directory(dir);
 
   std::vector<TensorSpec> adapter;
   for (int64_t l = 0; l < s.layers; ++l)
@@ -608,9 +607,8 @@ SynthSummary synthesize(const SynthOptions& options) {
   uint64_t adapter_bytes = 0;
   for (const auto& t : adapter) adapter_bytes += t.nbytes();
 
-  Progress progress("synth", total + adapter_bytes, base_count + adapter.size());
-  for (int k = 0; k < 2; ++k)
-    write_safetensors(base + "/" + shard_names[k], shards[k], o.seed, progress);
+  Progress progress("synth", weights.total + adapter_bytes, weights.count + adapter.size());
+  write_model_dir(base, config_json(s), tokenizer, tokenizer_config, weights, o.seed, progress);
   write_file_synced(ckpt + "/adapter_config.json", adapter_config_json(s));
   {
     SafetensorsWriter writer(ckpt + "/adapter_model.safetensors", adapter);
@@ -626,7 +624,7 @@ SynthSummary synthesize(const SynthOptions& options) {
   }
   write_head(ckpt + "/head.pt", o, false);
   staging.publish();
-  return {s.vocab, base_count, adapter.size(), total};
+  return {s.vocab, weights.count, adapter.size(), weights.total};
 }
 
 }  // namespace kev

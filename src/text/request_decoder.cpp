@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "kev/core/error.h"
+#include "kev/core/json_strict.h"
 #include "kev/text/date_facts.h"
 
 namespace kev {
@@ -71,14 +72,7 @@ std::string json_syntax_error(std::string_view body) {
     bool parse_error(std::size_t position, const std::string&,
                      const nlohmann::detail::exception& e) override {
       at = position;
-      std::string_view what = e.what();
-      if (auto colon = what.find(": ");
-          what.find("parse error at") != std::string_view::npos && colon != std::string_view::npos)
-        what.remove_prefix(colon + 2);  // "[json.exception...] parse error at line 1, column 5: "
-      else if (auto bracket = what.find("] "); bracket != std::string_view::npos)
-        what.remove_prefix(bracket + 2);
-      what = what.substr(0, what.find("; last read"));
-      for (char c : what.substr(0, 160)) reason += c >= 0x20 && c < 0x7f ? c : '?';
+      reason = json_error_reason(e.what());
       return false;
     }
   } handler;

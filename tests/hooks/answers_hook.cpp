@@ -17,6 +17,7 @@
 #include "kev/core/error.h"
 #include "kev/core/json_strict.h"
 #include "kev/text/api.h"
+#include "kev/text/python_compat.h"
 
 int main() {
   std::string line;

@@ -39,4 +39,9 @@ OrderedJson parse_json_strict(std::string_view text, std::string_view what,
 // dump() recurses and a deeply nested value would overflow the stack.
 std::string shown_json(const nlohmann::json& v);
 
+// The reason in a JSON library parse error's message (what()), without its "[json.exception...]
+// parse error at line 1, column 5: " prefix and "; last read" suffix, printable ASCII only ('?'
+// for any other byte), at most 160 characters: safe to quote back to a client.
+std::string json_error_reason(std::string_view what);
+
 }  // namespace kev

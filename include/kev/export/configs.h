@@ -18,17 +18,16 @@
 #include <string_view>
 #include <vector>
 
+#include "kev/formats/qwen_config.h"
 #include "kev/text/delimiters.h"
 
 namespace kev {
 
-struct BaseTextConfig {
-  int64_t hidden = 0;
-  int64_t layers = 0;
-  std::vector<bool> full_attention;  // per layer: true = full attention, false = linear (GDN)
-  int64_t intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  int64_t linear_key_heads = 0, linear_value_heads = 0, linear_key_dim = 0, linear_value_dim = 0;
+// The base's dimensions (read as the runtime reads them: formats/qwen_config.h) and its gate.
+struct BaseTextConfig : QwenTextDims {
   bool attn_output_gate = true;  // q_proj holds query and gate rows (absent means true)
+
+  bool operator==(const BaseTextConfig&) const = default;
 };
 BaseTextConfig parse_base_text_config(std::string_view json, const std::string& name);
 

@@ -34,26 +34,6 @@ struct LoraTarget {
   std::vector<int64_t> base_shape;  // [out, in] that config.json implies
 };
 
-// A safetensors file held in memory: the verified adapter bytes, parsed where they lie, so the
-// merge reads exactly the bytes that were hashed. The bytes must outlive this object.
-class SafetensorsBuffer {
- public:
-  SafetensorsBuffer(std::string_view bytes, std::string name);
-  const std::string& name() const { return name_; }
-  const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
-  const TensorInfo* find(std::string_view name) const;  // nullptr if absent
-  const TensorInfo& get(std::string_view name) const;   // throws kBadInput naming file + tensor
-  const uint8_t* data(const TensorInfo& t) const {
-    return reinterpret_cast<const uint8_t*>(bytes_.data()) + header_.data_start + t.offset;
-  }
-
- private:
-  std::string_view bytes_;
-  std::string name_;
-  SafetensorsHeader header_;
-  std::map<std::string, size_t, std::less<>> by_name_;
-};
-
 // Refuses (kUnsupported) a target module name outside the three families, and (kBadInput) config
 // sizes whose products overflow.
 std::vector<LoraTarget> expected_targets(const BaseTextConfig& config, const LoraConfig& lora);
@@ -61,7 +41,7 @@ std::vector<LoraTarget> expected_targets(const BaseTextConfig& config, const Lor
 // Shape lookups for base weights: returns nullptr when the base has no such tensor.
 using BaseTensorLookup = std::function<const TensorInfo*(const std::string& name)>;
 
-void check_adapter(const std::vector<LoraTarget>& targets, const SafetensorsBuffer& adapter,
+void check_adapter(const std::vector<LoraTarget>& targets, const SafetensorsView& adapter,
                    const BaseTensorLookup& base, int64_t rank, const std::string& adapter_name);
 
 }  // namespace kev

@@ -63,26 +63,46 @@ struct SafetensorsHeader {
 // Parses and validates the header of a whole safetensors file held in `bytes`.
 SafetensorsHeader parse_safetensors(std::string_view bytes, const std::string& name_for_errors);
 
-class SafetensorsFile {
+// A safetensors file's bytes, parsed where they lie (the bytes must outlive it), its tensors
+// found by name. `name` is what errors call the file.
+class SafetensorsView {
  public:
-  explicit SafetensorsFile(const std::string& path);
-  const std::string& path() const { return file_.path(); }
+  SafetensorsView(std::string_view bytes, std::string name);
+  const std::string& name() const { return name_; }
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
   const TensorInfo* find(std::string_view name) const;  // nullptr if absent
   const TensorInfo& get(std::string_view name) const;   // throws kBadInput naming file + tensor
   const uint8_t* data(const TensorInfo& t) const {
-    return file_.data() + header_.data_start + t.offset;
+    return reinterpret_cast<const uint8_t*>(bytes_.data()) + header_.data_start + t.offset;
   }
   std::string_view bytes(const TensorInfo& t) const {
     return {reinterpret_cast<const char*>(data(t)), t.nbytes};
   }
+
+ private:
+  std::string_view bytes_;
+  std::string name_;
+  SafetensorsHeader header_;
+  std::map<std::string, size_t, std::less<>> by_name_;
+};
+
+// A safetensors file mapped read-only, viewed as above (errors name its path).
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path) : file_(path), view_(file_.view(), path) {}
+  const std::string& path() const { return file_.path(); }
+  const std::vector<TensorInfo>& tensors() const { return view_.tensors(); }
+  const std::map<std::string, std::string>& metadata() const { return view_.metadata(); }
+  const TensorInfo* find(std::string_view name) const { return view_.find(name); }
+  const TensorInfo& get(std::string_view name) const { return view_.get(name); }
+  const uint8_t* data(const TensorInfo& t) const { return view_.data(t); }
+  std::string_view bytes(const TensorInfo& t) const { return view_.bytes(t); }
   const MappedFile& file() const { return file_; }
 
  private:
-  MappedFile file_;
-  SafetensorsHeader header_;
-  std::map<std::string, size_t, std::less<>> by_name_;
+  MappedFile file_;  // before view_, which points into it
+  SafetensorsView view_;
 };
 
 struct TensorSpec {

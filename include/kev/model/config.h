@@ -11,20 +11,23 @@
 #include <string>
 #include <vector>
 
+#include "kev/formats/qwen_config.h"
+
 namespace kev {
 
-struct ModelConfig {
-  int64_t hidden = 0, intermediate = 0, layers = 0, vocab = 0;
-  // Full (gated) attention.
-  int64_t heads = 0, kv_heads = 0, head_dim = 0, rotary_dim = 0;
+struct ModelConfig : QwenTextDims {
+  int64_t vocab = 0;
+  int64_t rotary_dim = 0;  // leading dims of each head RoPE rotates
   double rope_theta = 0;
-  // Gated DeltaNet (linear attention).
-  int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, conv_kernel = 0;
+  int64_t conv_kernel = 0;  // the GDN short convolution's width
   double rms_eps = 0;
-  std::vector<bool> full_attention;  // per layer: true = full attention, false = GDN
 
-  int64_t conv_dim() const { return 2 * lin_k_heads * lin_k_dim + lin_v_heads * lin_v_dim; }
-  int64_t lin_v_total() const { return lin_v_heads * lin_v_dim; }
+  int64_t conv_dim() const {
+    return 2 * linear_key_heads * linear_key_dim + linear_value_heads * linear_value_dim;
+  }
+  int64_t lin_v_total() const { return linear_value_heads * linear_value_dim; }
+
+  bool operator==(const ModelConfig&) const = default;
 
   static ModelConfig parse(const std::string& json_text, const std::string& name_for_errors);
   static ModelConfig load(const std::string& model_dir);  // <dir>/config.json

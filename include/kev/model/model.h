@@ -56,6 +56,9 @@ enum class Precision {
   kInt8,  // blockwise int8 weights (int16 activations) in the projections
 };
 const char* precision_name(Precision p);  // "fp32", "bf16", "int8"
+// The mode's arithmetic in the names torch prints ("float32", "bfloat16", "int8"): the dtype
+// Kev 1.0's /v1/models reports (DecisionModel.dtype).
+const char* torch_dtype_name(Precision p);
 // Parses "fp32" | "bf16" | "int8"; Error(kBadInput) otherwise.
 Precision parse_precision(const std::string& name);
 
@@ -102,7 +105,8 @@ class BackendState {
 // bookkeeping, and the few bytes per shared block that say where a block is, aside). The
 // backend's answer, from the function that sizes its allocations; the CPU's: keys and values of
 // 8 * kv_heads * head_dim bytes per token per attention layer, and per GDN layer its conv history
-// and recurrent state, 4 * ((conv_kernel - 1) * conv_dim + lin_v_heads * lin_k_dim * lin_v_dim).
+// and recurrent state, 4 * ((conv_kernel - 1) * conv_dim + linear_value_heads * linear_key_dim *
+// linear_value_dim).
 struct StateFootprint {
   size_t per_token = 0, fixed = 0;
 };

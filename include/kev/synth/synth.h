@@ -19,14 +19,16 @@
 #include <string_view>
 #include <vector>
 
+#include "kev/formats/qwen_config.h"
 #include "kev/formats/safetensors.h"
 
 namespace kev {
 
-struct SynthShape {
-  std::string name;  // "tiny", "tiny-0.8b", "tiny-27b", "0.8b", "4b"
-  int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  int64_t linear_key_heads = 0, linear_value_heads = 0, linear_key_dim = 0, linear_value_dim = 0;
+// The backbone's dimensions (0.8b and 4b: the published configs, formats/qwen_config.h) and what
+// the checkpoint adds. full_attention stays empty: a synthetic model's layer kinds are
+// is_full_attention_layer's, whatever its depth.
+struct SynthShape : QwenTextDims {
+  std::string name;   // "tiny", "tiny-0.8b", "tiny-27b", "0.8b", "4b"
   int64_t vocab = 0;  // 0: the tokenizer's size rounded up to a multiple of 64 (tiny)
   int64_t pointer = 0, rank = 16, alpha = 32;
   // head.pt's weights_dtype: "bf16" for tiny-27b (Kev-27B was trained on a bf16 backbone),

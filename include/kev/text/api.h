@@ -21,9 +21,7 @@
 //   (n = p / sum(p), uniform when the sum is 0): choice (max n - 1/K) / (1 - 1/K); score
 //   max(0, 1 - sum n_i |i - mode| / D), mode the first argmax of n, D = sum |i - (L-1)/2| / L;
 //   both 1 for one option. Every sum is python_sum(); values rounded to `decimals` (Python
-//   round(x, n); default 4 as 1.0; negative: unrounded).
-// - python_sum(): CPython >= 3.12 sum() of floats (start 0): Neumaier-compensated, the
-//   compensation added at the end when non-zero and finite.
+//   round(x, n); default 4 as 1.0; negative: unrounded): python_compat.h.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -57,17 +55,10 @@ struct ApiRequest {
 ApiRequest parse_request(std::string_view json_text, const JsonLimits& limits = {});
 ApiRequest request_from_json(const OrderedJson& body);
 std::string render(const OrderedJson& value, int indent = 0);
-std::string python_float_repr(double v);
-double python_round(double x, int decimals);
-double python_sum(std::span<const double> items);
 // Kev 1.0's confidences and expected score of one question's probabilities (the header contract).
 double choice_confidence(const std::vector<double>& p);
 double score_confidence(const std::vector<double>& p);
 double expected_score(const std::vector<double>& p);
-// Python's json.dumps(value) with its defaults: ", " and ": " separators, ensure_ascii (\uXXXX,
-// surrogate pairs beyond the BMP), floats as repr(), True/False/None as true/false/null. What
-// upstream tokenizes for usage.output_tokens.
-std::string python_json_dumps(const OrderedJson& value);
 Record to_record(const ApiRequest& request);
 const char* type_name(QuestionType t);
 

@@ -170,12 +170,12 @@ TEST(Inputs, ShardChangedAfterHashingIsRefused) {
   fs::remove_all(dir);
 }
 
-TEST(Inventory, SafetensorsBufferReadsTensorsInPlace) {
+TEST(Inventory, SafetensorsViewReadsTensorsInPlace) {
   std::vector<TensorSpec> specs = {{"a", DType::kF32, {2}}, {"b", DType::kF32, {1}}};
   std::string bytes = safetensors_header_bytes(specs, {});
   const float values[3] = {1.5f, -2.0f, 3.25f};
   bytes.append(reinterpret_cast<const char*>(values), sizeof(values));
-  SafetensorsBuffer buf(bytes, "adapter");
+  SafetensorsView buf(bytes, "adapter");
   ASSERT_EQ(buf.tensors().size(), 2u);
   float got[3];
   std::memcpy(got, buf.data(buf.get("a")), 8);
@@ -185,7 +185,7 @@ TEST(Inventory, SafetensorsBufferReadsTensorsInPlace) {
   EXPECT_EQ(got[2], 3.25f);
   EXPECT_EQ(buf.find("c"), nullptr);
   EXPECT_EQ(kind_of([&] { buf.get("c"); }), ErrorKind::kBadInput);
-  EXPECT_EQ(kind_of([&] { SafetensorsBuffer(bytes.substr(0, bytes.size() - 1), "x"); }),
+  EXPECT_EQ(kind_of([&] { SafetensorsView(bytes.substr(0, bytes.size() - 1), "x"); }),
             ErrorKind::kBadInput);
 }
 

@@ -125,10 +125,11 @@ TEST_F(Continue, BytesHeldCountsEveryBuffer) {
   size_t attn = 0, gdn = 0;
   for (int64_t l = 0; l < c.layers; ++l) (is_full_attention_layer(l) ? attn : gdn) += 1;
   const size_t per_token = attn * 2 * static_cast<size_t>(c.kv_heads * c.head_dim) * 4;
-  const size_t fixed = gdn *
-                       static_cast<size_t>((c.conv_kernel - 1) * c.conv_dim() +
-                                           c.lin_v_heads * c.lin_k_dim * c.lin_v_dim) *
-                       4;
+  const size_t fixed =
+      gdn *
+      static_cast<size_t>((c.conv_kernel - 1) * c.conv_dim() +
+                          c.linear_value_heads * c.linear_key_dim * c.linear_value_dim) *
+      4;
   const size_t overhead = 4096 + 64 * static_cast<size_t>(c.layers);  // bookkeeping only
   EXPECT_GE(bytes_held(s10), fixed + 10 * per_token);
   EXPECT_LT(bytes_held(s10), fixed + 10 * per_token + overhead);

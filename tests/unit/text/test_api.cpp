@@ -9,6 +9,7 @@
 
 #include "kev/core/error.h"
 #include "kev/text/api.h"
+#include "kev/text/python_compat.h"
 
 namespace kev {
 namespace {
