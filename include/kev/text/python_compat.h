@@ -11,8 +11,9 @@
 // - python_sum(items): CPython >= 3.12 sum() of floats (start 0): Neumaier-compensated, the
 //   compensation added at the end when non-zero and finite.
 // - python_json_dumps(value): json.dumps(value) with its defaults: ", " and ": " separators,
-//   ensure_ascii (\uXXXX, surrogate pairs beyond the BMP), floats as repr(), True/False/None as
-//   true/false/null. What upstream tokenizes for usage.output_tokens.
+//   ensure_ascii (a backslash-u escape of four hex digits per UTF-16 unit, surrogate pairs beyond
+//   the BMP), floats as repr(), True/False/None as true/false/null. What upstream tokenizes for
+//   usage.output_tokens.
 // Pure functions; thread-safe.
 #pragma once
 #include <span>
