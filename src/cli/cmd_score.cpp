@@ -30,7 +30,9 @@ OrderedJson error_object(const Error& e) {
 }
 
 int run_score(const ScoreOptions& o) {
-  Scorer scorer(o.bundle, o.scorer);
+  ScorerOptions options = o.scorer;
+  options.state_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  Scorer scorer(o.bundle, options);
   if (!o.jsonl) {
     const std::string body = read_stdin();
     auto decoded = decode_request(body, o.decode);

@@ -4,7 +4,8 @@
 // "http://HOST:PORT", "model": NAME} on stdout. SIGINT/SIGTERM: not ready at once, keep serving
 // for --drain-delay seconds, then stop accepting, answer every accepted request and exit 0; work
 // still unanswered --drain-timeout seconds later stops at its next safe point and is answered
-// 503. Further signals change nothing.
+// 503. Further signals change nothing. With --state-dir, the saved points still queued are then
+// written for at most --state-drain-timeout seconds.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -109,6 +110,7 @@ int run_serve(ServeCliOptions& o) {
   const Bundle opened = open_bundle(o.bundle);
   BundleInfo bundle = opened.info();
   const std::string model = bundle.model;
+  o.scorer.state_log = [&server](const std::string& line) { server.log_line(line); };
   scorer.emplace(opened, o.scorer);
   check_interrupted();  // a signal during loading: nothing was accepted for scoring yet
 
@@ -148,6 +150,16 @@ int run_serve(ServeCliOptions& o) {
   }
   cv.notify_one();
   deadline.join();
+  if (StateStore* store = scorer->state_store()) {
+    const auto start = std::chrono::steady_clock::now();
+    const size_t queued = store->counts().pending;
+    const size_t left = store->flush(o.scorer.state_drain_seconds);
+    if (!o.quiet)
+      server.log_line(fmt::format(
+          "kev serve: wrote {} of {} queued saved points to --state-dir in {:.2f} s", queued - left,
+          queued,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  }
   if (!o.quiet) server.log_line("kev serve: stopped");
   return 0;
 }

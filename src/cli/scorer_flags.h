@@ -122,6 +122,20 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
           "budget of docs/performance.md); also KEV_DTYPE=fp32|float32|bf16|bfloat16, which this "
           "flag overrides");
   add_temperature_flag(app, o.temperature);
+  app.add_option("--state-dir", o.state_dir,
+                 "keep saved points on disk in this directory as well (created if missing; may "
+                 "be shared by replicas), so states stay warm across restarts "
+                 "(docs/saved-states.md)")
+      ->check(text());
+  app.add_option("--state-dir-bytes", o.state_dir_bytes,
+                 "bytes the --state-dir files may take in all; the least recently used go first")
+      ->check(whole(1 << 20, uint64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--state-drain-timeout", o.state_drain_seconds,
+                 "at exit (after a drain), seconds to finish writing the saved points queued for "
+                 "--state-dir; what is left then is not written")
+      ->check(number(0, Bound::kClosed, 3600, Bound::kClosed))
+      ->capture_default_str();
 }
 
 }  // namespace kev::cli

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kev/core/error.h"
+#include "kev/cpu/precision_kernels.h"
 #include "model/cpu_state.h"
 #include "model/layers.h"
 #include "model/projections.h"
@@ -37,6 +38,21 @@ class CpuBackend final : public Backend {
   }
   void check_state(const PrefixState& s) const override { check_cpu_state(w_.config(), s); }
   StateFootprint state_footprint() const override { return cpu_state_footprint(w_.config()); }
+  std::string state_identity(const ForwardOptions& o) const override {
+    std::string id = fmt::format("backend cpu; layout {}; precision {}; gdn {}", kCpuStateLayout,
+                                 precision_name(o.precision),
+                                 o.gdn == GdnMode::kChunked ? "chunked" : "recurrent");
+    // fp32 and int8 give the same bits on every CPU; bf16's dot kernel sums in its own order.
+    if (o.precision == Precision::kBf16)
+      id += fmt::format("; bf16 dot {}", bf16_kernel_name(kernels_.bf16_kernel()));
+    return id;
+  }
+  void write_state(const PrefixState& s, const StateSink& out) const override {
+    write_cpu_state(w_.config(), s, out);
+  }
+  std::shared_ptr<const BackendState> read_state(int64_t length, StateSource& in) const override {
+    return read_cpu_state(w_.config(), length, in);
+  }
 
  private:
   const ModelWeights& w_;
@@ -60,6 +76,16 @@ Registry& registry() {
 }
 
 }  // namespace
+
+std::string Backend::state_identity(const ForwardOptions&) const {
+  fail(ErrorKind::kUnsupported, "the {} backend does not write its states as bytes", name());
+}
+void Backend::write_state(const PrefixState&, const StateSink&) const {
+  fail(ErrorKind::kUnsupported, "the {} backend does not write its states as bytes", name());
+}
+std::shared_ptr<const BackendState> Backend::read_state(int64_t, StateSource&) const {
+  fail(ErrorKind::kUnsupported, "the {} backend does not read states from bytes", name());
+}
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelWeights& w, const ModelKernels& kernels) {
   return std::make_unique<CpuBackend>(w, kernels);

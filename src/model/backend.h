@@ -60,6 +60,11 @@ class Backend {
   virtual void check_state(const PrefixState& s) const = 0;
   // The bytes its states hold (model.h), as it sizes their buffers.
   virtual StateFootprint state_footprint() const = 0;
+  // States as bytes (model.h Model::state_identity / write_state / read_state; state_bytes.h).
+  // The defaults: a backend that keeps no state on the host refuses (Error kUnsupported).
+  virtual std::string state_identity(const ForwardOptions& options) const;
+  virtual void write_state(const PrefixState& s, const StateSink& out) const;
+  virtual std::shared_ptr<const BackendState> read_state(int64_t length, StateSource& in) const;
 };
 
 // Makes a backend for a model's weights (which outlive it).

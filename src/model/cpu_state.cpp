@@ -1,6 +1,9 @@
 // The CPU backend's states (cpu_state.h): their buffers, bookkeeping and footprint.
 #include "model/cpu_state.h"
 
+#include <bit>
+#include <cstring>
+
 #include "kev/core/error.h"
 
 namespace kev {
@@ -55,6 +58,106 @@ void check_cpu_state(const ModelConfig& c, const PrefixState& s) {
   if (static_cast<int64_t>(state->layers.size()) != c.layers)
     fail(ErrorKind::kInternal, "prefix state has {} layers, model has {}", state->layers.size(),
          c.layers);
+}
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "kCpuStateLayout is little-endian");
+constexpr uint32_t kAttentionTag = 1, kGdnTag = 2;
+
+template <class T>
+void put(const StateSink& out, T v) {
+  out(&v, sizeof v);
+}
+template <class T>
+T take(StateSource& in) {
+  T v{};
+  in.read(&v, sizeof v);
+  return v;
+}
+// Reads `n` floats into `into` (resized), after checking that the stream holds them.
+template <class Vec>
+void take_floats(StateSource& in, Vec& into, uint64_t n, const char* what, int64_t layer) {
+  if (n > in.remaining() / sizeof(float))
+    fail(ErrorKind::kBadInput, "saved state: layer {}'s {} ({} floats) runs past its end", layer,
+         what, n);
+  into.resize(static_cast<size_t>(n));
+  in.read(into.data(), into.size() * sizeof(float));
+}
+
+}  // namespace
+
+void write_cpu_state(const ModelConfig& c, const PrefixState& s, const StateSink& out) {
+  check_cpu_state(c, s);
+  const CpuState& st = cpu_state(s);
+  const auto kv_w = static_cast<size_t>(kv_floats_per_token(c));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const LayerState& l = st.layers[static_cast<size_t>(i)];
+    if (c.full_attention[static_cast<size_t>(i)]) {
+      put<uint32_t>(out, kAttentionTag);
+      put<uint64_t>(out, l.kv.size());
+      int64_t rows_total = 0;
+      for (const auto& b : l.kv) {
+        const size_t rows = b->k.size() / kv_w;
+        put<uint64_t>(out, rows);
+        out(b->k.data(), rows * kv_w * sizeof(float));
+        out(b->v.data(), rows * kv_w * sizeof(float));
+        rows_total += static_cast<int64_t>(rows);
+      }
+      if (rows_total != s.length)
+        fail(ErrorKind::kInternal, "layer {} holds {} positions of a {}-token state", i,
+             rows_total, s.length);
+    } else {
+      if (static_cast<int64_t>(l.conv.size()) != conv_history_floats(c) ||
+          static_cast<int64_t>(l.s.size()) != recurrent_state_floats(c))
+        fail(ErrorKind::kInternal, "GDN layer {} of a {}-token state is not complete", i,
+             s.length);
+      put<uint32_t>(out, kGdnTag);
+      out(l.conv.data(), l.conv.size() * sizeof(float));
+      out(l.s.data(), l.s.size() * sizeof(float));
+    }
+  }
+}
+
+std::shared_ptr<const CpuState> read_cpu_state(const ModelConfig& c, int64_t length,
+                                               StateSource& in) {
+  auto st = std::make_shared<CpuState>(static_cast<size_t>(c.layers));
+  const auto kv_w = static_cast<uint64_t>(kv_floats_per_token(c));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    LayerState& l = st->layers[static_cast<size_t>(i)];
+    const bool attention = c.full_attention[static_cast<size_t>(i)];
+    const auto tag = take<uint32_t>(in);
+    if (tag != (attention ? kAttentionTag : kGdnTag))
+      fail(ErrorKind::kBadInput, "saved state: layer {} is tagged {}, the model's is {}", i, tag,
+           attention ? "attention (1)" : "GDN (2)");
+    if (!attention) {
+      take_floats(in, l.conv, static_cast<uint64_t>(conv_history_floats(c)), "conv history", i);
+      take_floats(in, l.s, static_cast<uint64_t>(recurrent_state_floats(c)), "recurrent state",
+                  i);
+      continue;
+    }
+    const auto blocks = take<uint64_t>(in);
+    if (blocks < 1 || blocks > static_cast<uint64_t>(length))
+      fail(ErrorKind::kBadInput, "saved state: layer {} has {} blocks for {} tokens", i, blocks,
+           length);
+    uint64_t rows_total = 0;
+    l.kv.reserve(static_cast<size_t>(blocks));
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const auto rows = take<uint64_t>(in);
+      if (rows < 1 || rows > static_cast<uint64_t>(length) - rows_total)
+        fail(ErrorKind::kBadInput, "saved state: layer {} block {} of {} rows overruns {} tokens",
+             i, b, rows, length);
+      rows_total += rows;
+      auto block = std::make_shared<KvBlock>();
+      take_floats(in, block->k, rows * kv_w, "keys", i);
+      take_floats(in, block->v, rows * kv_w, "values", i);
+      l.kv.push_back(std::move(block));
+    }
+    if (rows_total != static_cast<uint64_t>(length))
+      fail(ErrorKind::kBadInput, "saved state: layer {} holds {} positions of {} tokens", i,
+           rows_total, length);
+  }
+  return st;
 }
 
 }  // namespace kev

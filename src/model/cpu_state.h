@@ -50,6 +50,17 @@ class CpuState final : public BackendState {
   std::vector<LayerState> layers;
 };
 
+// The CPU states' byte layout (model.h write_state; state_bytes.h), in the backend's identity.
+// Per layer, in order: a u32 tag (1 attention, 2 GDN); an attention layer then a u64 block
+// count and per block a u64 row count, its keys then its values (rows * kv_floats_per_token
+// floats each); a GDN layer its conv history then its recurrent state. Little-endian throughout
+// (IEEE floats as they are in memory), so x86-64 and ARM64 write the same bytes.
+inline constexpr const char* kCpuStateLayout = "f32le-blocks-1";
+void write_cpu_state(const ModelConfig& c, const PrefixState& s, const StateSink& out);
+// A state of `length` tokens from `in` (Error kBadInput for anything that does not fit `c`).
+std::shared_ptr<const CpuState> read_cpu_state(const ModelConfig& c, int64_t length,
+                                               StateSource& in);
+
 // A CPU state for `c` before any token.
 std::shared_ptr<const CpuState> empty_cpu_state(const ModelConfig& c);
 // Error(kInternal) unless `s` is a CpuState of c.layers layers.

@@ -119,6 +119,21 @@ StateFootprint Model::state_footprint() const {
   return backend_->state_footprint();
 }
 
+std::string Model::state_identity() const {
+  return backend_->state_identity(options_);
+}
+
+void Model::write_state(const PrefixState& s, const StateSink& out) const {
+  backend_->check_state(s);
+  if (s.length < 1) fail(ErrorKind::kInternal, "an empty state is not written");
+  backend_->write_state(s, out);
+}
+
+PrefixState Model::read_state(int64_t length, StateSource& in) const {
+  if (length < 1) fail(ErrorKind::kBadInput, "a saved state of {} tokens", length);
+  return PrefixState{length, backend_->read_state(length, in)};
+}
+
 PrefixState Model::empty_state() const {
   return PrefixState{0, backend_->empty_state()};
 }

@@ -6,6 +6,7 @@
 
 #include "kev/core/error.h"
 #include "kev/core/py_random.h"
+#include "kev/core/sha256.h"
 #include "kev/text/python_compat.h"
 
 namespace kev {
@@ -42,6 +43,13 @@ Scorer::Scorer(const Bundle& bundle, ScorerOptions options)
       cache_(std::make_unique<PrefixCache<PrefixState>>(
           PrefixCacheLimits{options.cache_entries, options.cache_tokens, options.cache_bytes})) {
   if (options.temperature != 0) head_.set_temperature(options.temperature);
+  if (!options.state_dir.empty() && options.cache_entries > 0)
+    store_ = std::make_unique<StateStore>(
+        *model_, sha256_file(bundle.dir + "/" + kManifestFile),
+        StateStoreOptions{.dir = options.state_dir,
+                          .max_bytes = options.state_dir_bytes,
+                          .drain_seconds = options.state_drain_seconds,
+                          .log = options.state_log});
   const ModelConfig& c = model_->config();
   const std::string& bundle_dir = bundle.dir;
   if (static_cast<int64_t>(head_.hidden()) != c.hidden)
@@ -68,8 +76,8 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
   const auto chunk = static_cast<size_t>(kGdnChunkTokens);
   const bool exact = options_.exact_only;
   auto usable = [&](size_t len) { return len == n || (!exact && (!chunked || len % chunk == 0)); };
-  const auto match = cache_->find_longest(ids, usable);
   const std::span<const int32_t> all(ids);
+  const auto match = cache_->find_longest(ids, usable);
   if (match.length == n) {
     *reused = n;
     reused_tokens_.fetch_add(n, std::memory_order_relaxed);
@@ -77,10 +85,26 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
   }
   std::shared_ptr<const PrefixState> from = match.state;
   size_t at = match.length;
+  PointKind from_kind = match.kind;
+  if (store_) {  // a longer point on disk (another process's, or one evicted from memory)
+    StateStore::Found disk = store_->find_longest(ids, match.length, usable);
+    if (disk.state) {
+      cache_->insert(all.first(disk.length), disk.state, cache_buffers(*disk.state), disk.kind);
+      if (disk.length == n) {
+        *reused = n;
+        reused_tokens_.fetch_add(n, std::memory_order_relaxed);
+        return disk.state;
+      }
+      from = disk.state;
+      at = disk.length;
+      from_kind = disk.kind;
+    }
+  }
+  const size_t from_length = at;
   // Each part is a safe point too: a state interrupted there keeps the points saved before it
   // (a retry continues from them).
   auto run_to = [&](size_t end) {
-    if (at > match.length && gone && gone())
+    if (at > from_length && gone && gone())
       fail(ErrorKind::kInterrupted, "stopped after {} of the state's {} tokens", at, n);
     const std::vector<int32_t> part(ids.begin() + static_cast<std::ptrdiff_t>(at),
                                     ids.begin() + static_cast<std::ptrdiff_t>(end));
@@ -107,15 +131,26 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
   for (auto [point, kind] : points) {
     if (point <= at || point < kMinInnerPointTokens) continue;
     run_to(point);
-    cache_->insert(all.first(point), from, cache_buffers(*from), kind);
+    save_point(all.first(point), from, kind);
   }
   run_to(n);
-  cache_->insert(all, from, cache_buffers(*from));
+  save_point(all, from, PointKind::kEnd);
   // An end of state that this longer state continued is covered by it: evict it first.
-  if (match.state && match.kind != PointKind::kCheckpoint) cache_->demote(all.first(match.length));
-  *reused = match.length;
-  reused_tokens_.fetch_add(match.length, std::memory_order_relaxed);
+  if (from_length > 0 && from_kind != PointKind::kCheckpoint) cache_->demote(all.first(from_length));
+  *reused = from_length;
+  reused_tokens_.fetch_add(from_length, std::memory_order_relaxed);
   return from;
+}
+
+void Scorer::save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,
+                        PointKind kind) const {
+  std::vector<StateBuffer> buffers = cache_buffers(*s);
+  if (store_) {
+    size_t bytes = 0;
+    for (const StateBuffer& b : buffers) bytes += b.bytes;
+    store_->save(ids, s, kind, bytes);
+  }
+  cache_->insert(ids, s, std::move(buffers), kind);
 }
 
 ScoreResult Scorer::score(std::string_view request_json) const {

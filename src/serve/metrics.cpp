@@ -262,6 +262,37 @@ std::string ServeMetrics::render(const MetricsSnapshot& now) const {
     gauge("kev_prefix_cache_max_bytes", "The cache's byte bound (--cache-bytes).",
           static_cast<double>(c.max_bytes));
   }
+  if (now.state_dir) {
+    const StateStoreCounts& d = *now.state_dir;
+    auto count = [](uint64_t v) { return static_cast<double>(v); };
+    counter("kev_state_disk_hits_total",
+            "Lookups in --state-dir that restored a saved point (the memory cache had no longer "
+            "one).",
+            count(d.hits));
+    counter("kev_state_disk_misses_total", "Lookups in --state-dir that found no usable point.",
+            count(d.misses));
+    counter("kev_state_disk_rejected_total",
+            "Files in --state-dir refused by a check (damaged, truncated, foreign) and removed.",
+            count(d.rejected));
+    counter("kev_state_disk_writes_total", "Saved points written to --state-dir.",
+            count(d.writes));
+    counter("kev_state_disk_write_errors_total",
+            "Writes to --state-dir that failed (each pauses saving; serving goes on from memory).",
+            count(d.write_errors));
+    counter("kev_state_disk_dropped_total",
+            "Saved points not written: the write queue was full, or the drain's time ran out.",
+            count(d.dropped));
+    counter("kev_state_disk_evictions_total",
+            "Files removed to keep --state-dir within --state-dir-bytes.", count(d.evictions));
+    counter("kev_state_disk_written_bytes_total", "Bytes written to --state-dir.",
+            count(d.bytes_written));
+    counter("kev_state_disk_read_bytes_total", "Bytes of saved points restored from --state-dir.",
+            count(d.bytes_read));
+    gauge("kev_state_disk_bytes", "Bytes of the files in --state-dir at the last count.",
+          count(d.disk_bytes));
+    gauge("kev_state_disk_pending", "Saved points queued for --state-dir or being written.",
+          count(d.pending));
+  }
   return out;
 }
 

@@ -44,6 +44,15 @@ Reply health_reply(const Impl& srv) {
                     {"max_bytes", cache.limits().max_bytes},
                     {"reused_tokens", s->reused_tokens()},
                     {"computed_tokens", s->computed_tokens()}};
+    if (const StateStore* store = s->state_store()) {
+      const StateStoreCounts c = store->counts();
+      out["state_dir"] = {{"hits", c.hits},       {"misses", c.misses},
+                          {"rejected", c.rejected}, {"writes", c.writes},
+                          {"write_errors", c.write_errors}, {"dropped", c.dropped},
+                          {"pending", c.pending}, {"disk_bytes", c.disk_bytes}};
+    } else {
+      out["state_dir"] = nullptr;
+    }
   } else {
     out["cache"] = nullptr;
   }
@@ -85,6 +94,7 @@ Reply metrics_reply(const Impl& srv) {
                                        .evictions = c.evictions(),
                                        .reused_tokens = s->reused_tokens(),
                                        .computed_tokens = s->computed_tokens()};
+    if (const StateStore* store = s->state_store()) now.state_dir = store->counts();
   }
   Reply r;
   r.body = srv.metrics.render(now);

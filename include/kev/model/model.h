@@ -38,6 +38,7 @@
 
 #include "kev/formats/bundle_manifest.h"
 #include "kev/model/config.h"
+#include "kev/model/state_bytes.h"
 #include "kev/model/weights.h"
 
 namespace kev {
@@ -179,6 +180,16 @@ class Model {
   // bitwise run_rows(*prefixes[i], {rows[i]}). The prefixes must outlive the call.
   std::vector<RowResult> run_rows(const std::vector<const PrefixState*>& prefixes,
                                   const std::vector<RowRequest>& rows) const;
+
+  // States as bytes (state_bytes.h). state_identity() names what the bytes of a state depend on
+  // beside the weights and the token ids: the backend and its layout, the precision, the GDN
+  // form, and in kBf16 the dot kernel (whose last bits differ between CPUs); two models with the
+  // same weights and identity make and read the same bytes (fp32 and int8: on every CPU and
+  // architecture). write_state writes `s` (a state of this model, length >= 1); read_state
+  // reads one of `length` tokens back; a backend that cannot is Error(kUnsupported).
+  std::string state_identity() const;
+  void write_state(const PrefixState& s, const StateSink& out) const;
+  PrefixState read_state(int64_t length, StateSource& in) const;
 
  private:
   std::unique_ptr<ModelWeights> weights_;

@@ -19,6 +19,11 @@
 // GdnMode::kRecurrent from any point, in every precision; with kChunked only from multiples of its
 // 64-token chunk, so the chunked form uses no other point).
 //
+// With ScorerOptions::state_dir, every saved point is also queued for the disk (state_store.h),
+// and a state that the memory cache does not cover whole first looks there for a longer point
+// (one found is put in the memory cache too): a restored point is bit for bit the saved one, so
+// answers do not depend on which tier a state came from.
+//
 // Contract: score() either returns a complete response or throws kev::Error (no partial
 // answers). A cached prefix is shared immutably; a question's answer and usage (cached_tokens
 // aside) do not depend on the other questions in the request or on what was cached before.
@@ -44,6 +49,7 @@
 #include "kev/model/model.h"
 #include "kev/score/bundle.h"
 #include "kev/score/prefix_cache.h"
+#include "kev/score/state_store.h"
 #include "kev/text/api.h"
 #include "kev/text/encoding.h"
 #include "kev/text/tokenizer.h"
@@ -69,6 +75,13 @@ struct ScorerOptions {
   // truncating); true adds kev's state_tokens, cached_tokens and input_tokens_details.
   bool usage_details = false;
   ForwardOptions forward;
+  // Saved points on disk as well (state_store.h; needs the memory cache): "" none. Every point
+  // the cache saves is also written there off the request path, and a state that the memory
+  // cache does not cover whole continues from the longest point found there.
+  std::string state_dir;
+  uint64_t state_dir_bytes = uint64_t{16} << 30;  // the directory's bound
+  double state_drain_seconds = 10;  // at the end (a drain): writing what is queued, at most
+  std::function<void(const std::string&)> state_log;  // the store's log lines (none: silent)
 };
 
 struct ScoreUsage {
@@ -135,6 +148,8 @@ class Scorer {
   // scorer's limits); the same Error(kBadInput) for a request it refuses.
   Encoding encode(const ApiRequest& request) const;
   const PrefixCache<PrefixState>& cache() const { return *cache_; }
+  // The saved points on disk (null without ScorerOptions::state_dir).
+  StateStore* state_store() const { return store_.get(); }
   // State tokens taken from saved points / computed, over the scorer's life.
   uint64_t reused_tokens() const { return reused_tokens_.load(std::memory_order_relaxed); }
   uint64_t computed_tokens() const { return computed_tokens_.load(std::memory_order_relaxed); }
@@ -144,6 +159,9 @@ class Scorer {
   // `gone` is asked at the prefill's safe points (model.h extend; between the saved points).
   std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids, size_t* reused,
                                                   const std::function<bool()>& gone) const;
+  // Puts a computed point in the memory cache and queues it for the disk.
+  void save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,
+                  PointKind kind) const;
   // usage.output_tokens as upstream counts it: tokens of json.dumps(answers) (no special tokens
   // added; added tokens in the text are matched, as the HF tokenizer does).
   size_t output_tokens(const OrderedJson& answers) const;
@@ -158,6 +176,7 @@ class Scorer {
   std::unique_ptr<Model> model_;
   PointerHead head_;
   std::unique_ptr<PrefixCache<PrefixState>> cache_;
+  std::unique_ptr<StateStore> store_;  // after the model it reads and writes with
   mutable std::atomic<uint64_t> reused_tokens_{0}, computed_tokens_{0};
 };
 

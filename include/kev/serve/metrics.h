@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kev/score/state_store.h"
+
 namespace kev {
 
 inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
@@ -44,6 +46,7 @@ struct MetricsSnapshot {
     uint64_t hits = 0, misses = 0, evictions = 0, reused_tokens = 0, computed_tokens = 0;
   };
   std::optional<Cache> cache;  // absent while the model is loading
+  std::optional<StateStoreCounts> state_dir;  // absent without --state-dir (or loading)
 };
 
 class ServeMetrics {
