@@ -65,7 +65,7 @@ class Model {
  public:
   Model(const std::string& bundle, const std::string& precision, std::optional<long> threads,
         std::optional<double> temperature, int decimals, bool truncate, bool date_facts,
-        bool usage_details) {
+        bool usage_details, std::optional<std::string> state_dir) {
     check_isa_environment();
     check_threads_environment();
     ScorerOptions o;
@@ -84,6 +84,10 @@ class Model {
     o.decimals = decimals;
     o.limits.truncate = truncate;
     o.usage_details = usage_details;
+    if (state_dir) {
+      if (state_dir->empty()) fail(ErrorKind::kBadInput, "state_dir must name a directory");
+      o.state_dir = *state_dir;  // saved points on disk (docs/saved-states.md)
+    }
     decode_.date_facts = date_facts;
     py::gil_scoped_release unlocked;
     scorer_ = std::make_unique<Scorer>(bundle, o);
@@ -200,11 +204,11 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Model>(m, "Model")
       .def(py::init<const std::string&, const std::string&, std::optional<long>,
-                    std::optional<double>, int, bool, bool, bool>(),
+                    std::optional<double>, int, bool, bool, bool, std::optional<std::string>>(),
            py::arg("bundle"), py::arg("precision") = "fp32", py::arg("threads") = py::none(),
            py::arg("temperature") = py::none(), py::arg("decimals") = 4,
            py::arg("truncate") = false, py::arg("date_facts") = false,
-           py::arg("usage_details") = false)
+           py::arg("usage_details") = false, py::arg("state_dir") = py::none())
       .def("system_one_json", &Model::system_one_json, py::arg("body"))
       .def("permute_json", &Model::permute_json, py::arg("body"))
       .def("separate_json", &Model::separate_json, py::arg("body"))

@@ -3,7 +3,9 @@
 # (configuration from deploy/haproxy/kev-haproxy-cfg.py), a short load of growing conversations
 # (each turn's state is the turn before plus a line) with X-Kev-State-Key set to the
 # conversation, then per-replica request counts and each replica's reused / computed state tokens
-# from its /health. Stops every process it started, by pid, on any exit.
+# from its /health; then a rolling restart of every replica (SIGTERM, a new process on the same
+# port and the same shared --state-dir) and one more turn of each conversation, which continues
+# from the saved states on disk. Stops every process it started, by pid, on any exit.
 #   KEV_BIN (default build/release/kev, built if missing), KEV_DEMO_DIR (default: a new
 #   temporary directory), DEMO_REQUESTS (default 120), DEMO_STATES (conversations, default 24),
 #   DEMO_AFFINITY (header | none; default header).
@@ -35,17 +37,23 @@ if [ ! -f "$work/bundle/kev_export.json" ]; then
     --checkpoint "$work/synth/checkpoint" --out "$work/bundle" --quiet
 fi
 
-echo "== start 3 replicas (kev serve --port 0 --threads 1 --drain-delay 2)"
+states_dir=$work/states  # shared by the replicas (docs/saved-states.md)
+# start_replica I PORT: replica I on PORT (0: a free one); sets pids[I-1] and ports[I-1].
+start_replica() {
+  local i=$1 fifo=$work/listen-$1 line
+  rm -f "$fifo"; mkfifo "$fifo"
+  "$kev" serve --bundle "$work/bundle" --port "$2" --threads 1 --drain-delay 2 --quiet \
+    --state-dir "$states_dir" >"$fifo" &
+  pids[$((i - 1))]=$!
+  read -r -t 60 line <"$fifo" || { echo "cluster-demo: replica $i did not start" >&2; exit 1; }
+  ports[$((i - 1))]=$(sed -E 's/.*"http:\/\/127\.0\.0\.1:([0-9]+)".*/\1/' <<<"$line")
+}
+
+echo "== start 3 replicas (kev serve --port 0 --threads 1 --drain-delay 2 --state-dir $states_dir)"
 ports=()
 for i in 1 2 3; do
-  fifo=$work/listen-$i
-  rm -f "$fifo"; mkfifo "$fifo"
-  "$kev" serve --bundle "$work/bundle" --port 0 --threads 1 --drain-delay 2 --quiet >"$fifo" &
-  pids+=($!)
-  read -r -t 60 line <"$fifo" || { echo "cluster-demo: replica $i did not start" >&2; exit 1; }
-  port=$(sed -E 's/.*"http:\/\/127\.0\.0\.1:([0-9]+)".*/\1/' <<<"$line")
-  ports+=("$port")
-  echo "   r$i pid ${pids[-1]} on 127.0.0.1:$port"
+  start_replica "$i" 0
+  echo "   r$i pid ${pids[$((i - 1))]} on 127.0.0.1:${ports[$((i - 1))]}"
 done
 
 lb_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -57,10 +65,12 @@ python3 deploy/haproxy/kev-haproxy-cfg.py --bind "127.0.0.1:$lb_port" --affinity
 pids+=($!)
 echo "== HAProxy pid ${pids[-1]} on 127.0.0.1:$lb_port (config $work/haproxy.cfg, affinity: $affinity)"
 
-python3 - "$lb_port" "$requests" "$states" "${ports[@]}" <<'PY'
+load() {  # load FIRST_REQUEST REQUESTS: requests FIRST.. of the conversations through HAProxy
+python3 - "$lb_port" "$1" "$2" "$states" "${ports[@]}" <<'PY'
 import json, sys, time, urllib.request, urllib.error
 from concurrent.futures import ThreadPoolExecutor
-lb, n, k, ports = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), [int(p) for p in sys.argv[4:]]
+lb, first, n, k = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+ports = [int(p) for p in sys.argv[5:]]
 
 def get(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
@@ -75,7 +85,7 @@ while time.monotonic() < end:
         pass
     time.sleep(0.2)
 time.sleep(1.5)  # HAProxy's rise (2 checks of 500 ms)
-before = [get(p, "/health")["cache"] for p in ports]
+before = [get(p, "/health") for p in ports]
 
 def one(i):
     # Conversation i % k at turn i // k: its state grows by one line a turn, so the state's hash
@@ -99,20 +109,35 @@ def one(i):
 
 t0 = time.monotonic()
 with ThreadPoolExecutor(4) as pool:
-    results = list(pool.map(one, range(n)))
+    results = list(pool.map(one, range(first, first + n)))
 dt = time.monotonic() - t0
 ok = sum(1 for s, _ in results if s == 200)
 print(f"== {n} requests ({k} growing conversations, 4 client threads) in {dt:.2f} s: {ok} answered 200, "
       f"{n - ok} failed")
 reused = computed = 0
 for i, p in enumerate(ports, 1):
-    c, b = get(p, "/health")["cache"], before[i - 1]
-    r, m = c["reused_tokens"] - b["reused_tokens"], c["computed_tokens"] - b["computed_tokens"]
+    h, b = get(p, "/health"), before[i - 1]
+    c, cb = h["cache"], b["cache"]
+    r, m = c["reused_tokens"] - cb["reused_tokens"], c["computed_tokens"] - cb["computed_tokens"]
+    disk = h["state_dir"]["hits"] - b["state_dir"]["hits"]
     reused, computed = reused + r, computed + m
     served = sum(1 for _, x in results if x == f"r{i}")
-    print(f"   r{i}: {served:4d} requests, state tokens reused {r} / computed {m}")
+    print(f"   r{i}: {served:4d} requests, state tokens reused {r} / computed {m}, "
+          f"restored from disk {disk} times")
 share = reused / (reused + computed) if reused + computed else 0.0
 print(f"   all: {share:.2f} of the state tokens continued from saved points")
 sys.exit(0 if ok == n else 1)
 PY
+}
+load 0 "$requests"
+
+echo "== rolling restart: each replica drained (SIGTERM) and started again on its port"
+for i in 1 2 3; do
+  kill -TERM "${pids[$((i - 1))]}"
+  wait "${pids[$((i - 1))]}" || true
+  start_replica "$i" "${ports[$((i - 1))]}"
+  echo "   r$i pid ${pids[$((i - 1))]} on 127.0.0.1:${ports[$((i - 1))]}"
+done
+echo "== the next turn of every conversation, on restarted replicas (memory caches empty)"
+load "$requests" "$states"
 echo "== stopping HAProxy and the replicas (SIGTERM by pid)"

@@ -52,9 +52,10 @@ class Model:
     def __init__(self, bundle: str, precision: str = "fp32", threads: Optional[int] = None,
                  temperature: Optional[float] = None, *, decimals: int = 4,
                  truncate: bool = False, date_facts: bool = False,
-                 usage_details: bool = False) -> None:
+                 usage_details: bool = False, state_dir: Optional[str] = None) -> None:
         self._core = _core.Model(str(bundle), precision, threads, temperature, decimals,
-                                 truncate, date_facts, usage_details)
+                                 truncate, date_facts, usage_details,
+                                 None if state_dir is None else str(state_dir))
 
     @property
     def hidden(self) -> int:

@@ -157,8 +157,7 @@ int run_serve(ServeCliOptions& o) {
     if (!o.quiet)
       server.log_line(fmt::format(
           "kev serve: wrote {} of {} queued saved points to --state-dir in {:.2f} s", queued - left,
-          queued,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+          queued, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
   }
   if (!o.quiet) server.log_line("kev serve: stopped");
   return 0;

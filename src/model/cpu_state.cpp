@@ -105,13 +105,12 @@ void write_cpu_state(const ModelConfig& c, const PrefixState& s, const StateSink
         rows_total += static_cast<int64_t>(rows);
       }
       if (rows_total != s.length)
-        fail(ErrorKind::kInternal, "layer {} holds {} positions of a {}-token state", i,
-             rows_total, s.length);
+        fail(ErrorKind::kInternal, "layer {} holds {} positions of a {}-token state", i, rows_total,
+             s.length);
     } else {
       if (static_cast<int64_t>(l.conv.size()) != conv_history_floats(c) ||
           static_cast<int64_t>(l.s.size()) != recurrent_state_floats(c))
-        fail(ErrorKind::kInternal, "GDN layer {} of a {}-token state is not complete", i,
-             s.length);
+        fail(ErrorKind::kInternal, "GDN layer {} of a {}-token state is not complete", i, s.length);
       put<uint32_t>(out, kGdnTag);
       out(l.conv.data(), l.conv.size() * sizeof(float));
       out(l.s.data(), l.s.size() * sizeof(float));
@@ -132,8 +131,7 @@ std::shared_ptr<const CpuState> read_cpu_state(const ModelConfig& c, int64_t len
            attention ? "attention (1)" : "GDN (2)");
     if (!attention) {
       take_floats(in, l.conv, static_cast<uint64_t>(conv_history_floats(c)), "conv history", i);
-      take_floats(in, l.s, static_cast<uint64_t>(recurrent_state_floats(c)), "recurrent state",
-                  i);
+      take_floats(in, l.s, static_cast<uint64_t>(recurrent_state_floats(c)), "recurrent state", i);
       continue;
     }
     const auto blocks = take<uint64_t>(in);

@@ -43,13 +43,17 @@ Scorer::Scorer(const Bundle& bundle, ScorerOptions options)
       cache_(std::make_unique<PrefixCache<PrefixState>>(
           PrefixCacheLimits{options.cache_entries, options.cache_tokens, options.cache_bytes})) {
   if (options.temperature != 0) head_.set_temperature(options.temperature);
-  if (!options.state_dir.empty() && options.cache_entries > 0)
-    store_ = std::make_unique<StateStore>(
-        *model_, sha256_file(bundle.dir + "/" + kManifestFile),
-        StateStoreOptions{.dir = options.state_dir,
-                          .max_bytes = options.state_dir_bytes,
-                          .drain_seconds = options.state_drain_seconds,
-                          .log = options.state_log});
+  if (!options.state_dir.empty() && options.cache_entries == 0)
+    fail(ErrorKind::kBadInput,
+         "--state-dir keeps the prefix cache's saved points on disk: it needs the cache "
+         "(--cache-entries > 0)");
+  if (!options.state_dir.empty())
+    store_ =
+        std::make_unique<StateStore>(*model_, sha256_file(bundle.dir + "/" + kManifestFile),
+                                     StateStoreOptions{.dir = options.state_dir,
+                                                       .max_bytes = options.state_dir_bytes,
+                                                       .drain_seconds = options.state_drain_seconds,
+                                                       .log = options.state_log});
   const ModelConfig& c = model_->config();
   const std::string& bundle_dir = bundle.dir;
   if (static_cast<int64_t>(head_.hidden()) != c.hidden)
@@ -136,7 +140,8 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
   run_to(n);
   save_point(all, from, PointKind::kEnd);
   // An end of state that this longer state continued is covered by it: evict it first.
-  if (from_length > 0 && from_kind != PointKind::kCheckpoint) cache_->demote(all.first(from_length));
+  if (from_length > 0 && from_kind != PointKind::kCheckpoint)
+    cache_->demote(all.first(from_length));
   *reused = from_length;
   reused_tokens_.fetch_add(from_length, std::memory_order_relaxed);
   return from;
@@ -145,7 +150,9 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
 void Scorer::save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,
                         PointKind kind) const {
   std::vector<StateBuffer> buffers = cache_buffers(*s);
-  if (store_) {
+  // Checkpoints stay in memory: on disk a point holds all its keys/values alone, so a checkpoint
+  // would write the conversation's keys/values once more for a rarer kind of reuse.
+  if (store_ && kind != PointKind::kCheckpoint) {
     size_t bytes = 0;
     for (const StateBuffer& b : buffers) bytes += b.bytes;
     store_->save(ids, s, kind, bytes);

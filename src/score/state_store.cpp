@@ -31,13 +31,13 @@ constexpr size_t kChunkBytes = size_t{4} << 20;
 constexpr const char* kSuffix = ".kvs";
 constexpr const char* kTempPrefix = ".tmp-";
 constexpr double kStaleTempSeconds = 3600;
+constexpr int kRecountSeconds = 60;
 // Token counts a file may claim: kev's states are at most 2^24 tokens (text/question_limits.h
 // bounds them far lower); anything above is a damaged header, refused before it sizes a read.
 constexpr uint64_t kMaxStateTokens = uint64_t{1} << 24;
 
 double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 uint64_t rotl(uint64_t v, int r) {
@@ -248,8 +248,7 @@ PrefixState read_state_file(const Model& model, const StateFileKey& key, uint64_
   if (in.remaining() != 0) fail(ErrorKind::kBadInput, "{} bytes after the state", in.remaining());
   uint64_t stored = 0;
   file.read(&stored, sizeof stored);
-  if (stored != in.digest())
-    fail(ErrorKind::kIntegrity, "its checksum does not match its bytes");
+  if (stored != in.digest()) fail(ErrorKind::kIntegrity, "its checksum does not match its bytes");
   if (kind) *kind = static_cast<PointKind>(u32(32));
   return state;
 }
@@ -362,13 +361,15 @@ void StateStore::save(std::span<const int32_t> ids, std::shared_ptr<const Prefix
   struct stat st {};
   if (::stat(name.c_str(), &st) == 0) return;  // written already (by this process or another)
   lock.lock();
-  if (pending_bytes_ + bytes > options_.max_pending_bytes) {
+  // One point is always taken (a state larger than the bound alone would never be saved).
+  if (!queue_.empty() && pending_bytes_ + bytes > options_.max_pending_bytes) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   pending_bytes_ += bytes;
   queued_names_.push_back(name);
-  queue_.push_back(Job{std::vector<int32_t>(ids.begin(), ids.end()), std::move(state), kind, bytes});
+  queue_.push_back(
+      Job{std::vector<int32_t>(ids.begin(), ids.end()), std::move(state), kind, bytes});
   lock.unlock();
   wake_.notify_one();
 }
@@ -394,7 +395,14 @@ void StateStore::writer_loop() {
   enforce_budget();
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    // Other processes write to the directory too: count it again now and then.
+    if (!wake_.wait_for(lock, std::chrono::seconds(kRecountSeconds),
+                        [&] { return stopping_ || !queue_.empty(); })) {
+      lock.unlock();
+      enforce_budget();
+      lock.lock();
+      continue;
+    }
     if (queue_.empty()) return;  // stopping, nothing left
     Job job = std::move(queue_.front());
     queue_.pop_front();

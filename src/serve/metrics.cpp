@@ -274,8 +274,7 @@ std::string ServeMetrics::render(const MetricsSnapshot& now) const {
     counter("kev_state_disk_rejected_total",
             "Files in --state-dir refused by a check (damaged, truncated, foreign) and removed.",
             count(d.rejected));
-    counter("kev_state_disk_writes_total", "Saved points written to --state-dir.",
-            count(d.writes));
+    counter("kev_state_disk_writes_total", "Saved points written to --state-dir.", count(d.writes));
     counter("kev_state_disk_write_errors_total",
             "Writes to --state-dir that failed (each pauses saving; serving goes on from memory).",
             count(d.write_errors));

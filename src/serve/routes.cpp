@@ -46,10 +46,14 @@ Reply health_reply(const Impl& srv) {
                     {"computed_tokens", s->computed_tokens()}};
     if (const StateStore* store = s->state_store()) {
       const StateStoreCounts c = store->counts();
-      out["state_dir"] = {{"hits", c.hits},       {"misses", c.misses},
-                          {"rejected", c.rejected}, {"writes", c.writes},
-                          {"write_errors", c.write_errors}, {"dropped", c.dropped},
-                          {"pending", c.pending}, {"disk_bytes", c.disk_bytes}};
+      out["state_dir"] = {{"hits", c.hits},
+                          {"misses", c.misses},
+                          {"rejected", c.rejected},
+                          {"writes", c.writes},
+                          {"write_errors", c.write_errors},
+                          {"dropped", c.dropped},
+                          {"pending", c.pending},
+                          {"disk_bytes", c.disk_bytes}};
     } else {
       out["state_dir"] = nullptr;
     }

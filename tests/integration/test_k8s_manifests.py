@@ -105,7 +105,14 @@ def test_manifests_match_the_server(docs):
     spec.loader.exec_module(gen)
     timeout_server = int(gen.parse_args(["--replica", "x:1"]).timeout_server.rstrip("s"))
     drain = float(args[args.index("--drain-delay") + 1])
-    assert docs["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= drain + timeout_server
+    state_drain = float(args[args.index("--state-drain-timeout") + 1]) if "--state-dir" in args else 0
+    grace = docs["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= drain + timeout_server + state_drain
+    # The state directory is a volume every replica mounts writable.
+    if "--state-dir" in args:
+        mount = args[args.index("--state-dir") + 1]
+        mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+        assert mount in mounts and not mounts[mount].get("readOnly", False)
     hpa = docs["HorizontalPodAutoscaler"]["spec"]
     assert hpa["scaleTargetRef"]["name"] == docs["Deployment"]["metadata"]["name"]
     # Prometheus scrapes the server's own /metrics on its port; the HPA reads a metric it exports.
@@ -123,6 +130,8 @@ def test_the_container_arguments_start_a_real_server(docs, tmp_path):
     args[args.index("--host") + 1] = "127.0.0.1"
     args[args.index("--port") + 1] = "0"
     args[args.index("--drain-delay") + 1] = "0"  # the flag exists; no need to wait 15 s here
+    if "--state-dir" in args:
+        args[args.index("--state-dir") + 1] = str(tmp_path / "states")
     proc = subprocess.Popen([KEV_BIN, *args, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -134,6 +143,8 @@ def test_the_container_arguments_start_a_real_server(docs, tmp_path):
             assert r.status == 200 and b"\nkev_queue_depth 0\n" in r.read()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
+        if "--state-dir" in args:
+            assert os.path.isdir(tmp_path / "states")
     finally:
         if proc.poll() is None:
             proc.kill()

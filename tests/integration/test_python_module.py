@@ -93,6 +93,28 @@ def test_precision_threads_temperature_as_kev_score(bundle):
     assert model.temperature == 2.5
 
 
+def test_state_dir_is_shared_with_kev_score(bundle, tmp_path):
+    """A saved point `kev score --state-dir` wrote is continued by the module (and one the module
+    wrote by `kev score`): cached_tokens from the disk, the answer a cold `kev score` gives."""
+    state = "\n".join(f"turn {i}: the customer asked where order {i * 7} is." for i in range(12))
+    first = {"state": state, "questions": REQUESTS[0]["questions"]}
+    grown = {"state": state + "\nturn 12: and the refund?", "questions": REQUESTS[0]["questions"]}
+    grown_again = {"state": grown["state"] + "\nturn 13: thanks.", "questions": REQUESTS[0]["questions"]}
+    d = str(tmp_path / "states")
+    kev_score_lines(bundle, [first], "--state-dir", d)
+    model = kev_native.Model(bundle, usage_details=True, state_dir=d)
+    body = model.system_one(grown)
+    assert body["usage"]["cached_tokens"] > 0
+    del model  # writes what it queued
+    cold = kev_score_lines(bundle, [grown, grown_again])
+    assert body["answers"] == json.loads(cold[0])["answers"]
+    again = json.loads(kev_score_lines(bundle, [grown_again], "--state-dir", d, "--usage-details")[0])
+    assert again["usage"]["cached_tokens"] >= body["usage"]["state_tokens"] - 8
+    assert again["answers"] == json.loads(cold[1])["answers"]
+    with pytest.raises(kev_native.Error):
+        kev_native.Model(bundle, state_dir="")
+
+
 def raw_post(port, path, body):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:

@@ -19,7 +19,8 @@
 // GdnMode::kRecurrent from any point, in every precision; with kChunked only from multiples of its
 // 64-token chunk, so the chunked form uses no other point).
 //
-// With ScorerOptions::state_dir, every saved point is also queued for the disk (state_store.h),
+// With ScorerOptions::state_dir, every end and tail point is also queued for the disk
+// (state_store.h; checkpoints stay in memory),
 // and a state that the memory cache does not cover whole first looks there for a longer point
 // (one found is put in the memory cache too): a restored point is bit for bit the saved one, so
 // answers do not depend on which tier a state came from.
@@ -75,9 +76,9 @@ struct ScorerOptions {
   // truncating); true adds kev's state_tokens, cached_tokens and input_tokens_details.
   bool usage_details = false;
   ForwardOptions forward;
-  // Saved points on disk as well (state_store.h; needs the memory cache): "" none. Every point
-  // the cache saves is also written there off the request path, and a state that the memory
-  // cache does not cover whole continues from the longest point found there.
+  // Saved points on disk as well (state_store.h; needs the memory cache): "" none. Every end and
+  // tail point the cache saves is also written there off the request path, and a state that the
+  // memory cache does not cover whole continues from the longest point found there.
   std::string state_dir;
   uint64_t state_dir_bytes = uint64_t{16} << 30;  // the directory's bound
   double state_drain_seconds = 10;  // at the end (a drain): writing what is queued, at most

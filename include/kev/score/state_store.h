@@ -15,14 +15,16 @@
 //   removed) and the state computed as if it were absent. The checksum catches damage (torn
 //   writes, flipped bits, truncation), not a forger: the directory must be writable only by kev.
 // - Writes happen on the store's own thread, never on the request path: save() only queues the
-//   point (holding its state), up to a byte bound (beyond it a point is dropped and counted). A
+//   point (holding its state), up to a byte bound on the queue (beyond it a point is dropped and
+//   counted; an empty queue takes any one point). A
 //   file is written under a temporary name in the same directory and renamed into place, so a
 //   reader never sees a partial file and concurrent writers of one point leave one whole file. A
 //   write that fails (full disk, I/O error) is removed, counted and logged, and saving pauses for
 //   kWriteBackoffSeconds: the process keeps serving from memory.
-// - Bounded: after a write takes the directory (every identity in it) past max_bytes, the least
+// - Bounded: after a write takes the directory (every identity in it) past max_bytes, as this
+//   process counts it (at start, every minute, and its own writes in between), the least
 //   recently used files (by modification time, which a read refreshes) are removed down to 90%
-//   of it; temporary files of writers dead for an hour are removed too.
+//   of it; temporary files older than an hour (of writers that died) are removed too.
 // - flush(seconds) (a drain, or destruction) writes what is queued for at most `seconds`, then
 //   abandons the rest (the file being written is removed within one 4 MiB chunk).
 // Thread-safe: find_longest and save may be called from any thread at once.
@@ -49,11 +51,11 @@ inline constexpr uint32_t kStateFileVersion = 1;
 inline constexpr double kWriteBackoffSeconds = 30;
 
 struct StateStoreOptions {
-  std::string dir;                             // created if missing
-  uint64_t max_bytes = uint64_t{16} << 30;     // the directory's bound (all identities)
+  std::string dir;                                 // created if missing
+  uint64_t max_bytes = uint64_t{16} << 30;         // the directory's bound (all identities)
   uint64_t max_pending_bytes = uint64_t{1} << 30;  // states queued for writing
-  double drain_seconds = 10;                   // the destructor's flush bound
-  std::function<void(const std::string&)> log;  // a line per event worth an operator's eye
+  double drain_seconds = 10;                       // the destructor's flush bound
+  std::function<void(const std::string&)> log;     // a line per event worth an operator's eye
 };
 
 struct StateStoreCounts {
@@ -113,8 +115,8 @@ class StateStore {
                      const std::function<bool(size_t)>& usable = {});
   // Queues the point for writing (nothing if its file exists, it is queued already, or saving
   // is paused after an error); `bytes` is what its state holds (for the queue's bound).
-  void save(std::span<const int32_t> ids, std::shared_ptr<const PrefixState> state,
-            PointKind kind, size_t bytes);
+  void save(std::span<const int32_t> ids, std::shared_ptr<const PrefixState> state, PointKind kind,
+            size_t bytes);
   // Writes what is queued for at most `seconds`; returns the points left unwritten (dropped).
   size_t flush(double seconds);
 

@@ -45,7 +45,7 @@ struct MetricsSnapshot {
     size_t entries = 0, tokens = 0, bytes = 0, max_bytes = 0;
     uint64_t hits = 0, misses = 0, evictions = 0, reused_tokens = 0, computed_tokens = 0;
   };
-  std::optional<Cache> cache;  // absent while the model is loading
+  std::optional<Cache> cache;                 // absent while the model is loading
   std::optional<StateStoreCounts> state_dir;  // absent without --state-dir (or loading)
 };
 
