@@ -4,7 +4,8 @@
 # (`kev cpu`: every supported level of its architecture, forced with KEV_ISA), it exports the
 # same synthetic checkpoint (bundle bytes: the LoRA merge), runs `kev forward` on fixed token
 # rows (hidden states: the model GEMMs and vector kernels; fp32 with both GDN forms, int8, bf16)
-# and `kev score` on fixed requests (answers and probabilities: the pointer head, fp32 and int8).
+# and `kev score` on fixed requests (answers and probabilities: the pointer head, fp32 and int8;
+# with --state-dir, so the saved state files it writes are compared too).
 # Within a binary every level must give the same bytes as its first level, in every output,
 # and across the binaries every output must be byte-identical too: bundles, hidden states and
 # answers with their probabilities (the model's exp, log1p, sin, cos and pow are its own fixed
@@ -94,7 +95,7 @@ run_all() {
         --base "$work/synth-tiny/base" --checkpoint "$work/synth-tiny/checkpoint" --out "$weights"
       for p in fp32 int8; do
         KEV_ISA="$isa" "$kev" score --bundle "$weights" --precision "$p" --decimals -1 \
-          <"$work/score.json" | drop_latency >"$out/score-$p.json"
+          --state-dir "$out/states-$p" <"$work/score.json" | drop_latency >"$out/score-$p.json"
       done
     fi
     for p in fp32 int8; do
@@ -170,6 +171,7 @@ for side in "${binaries[@]}"; do
       # The outputs must be real: a bundle with its manifest, hidden states, answers.
       test -s "$work/$ref/tiny/bundle/kev_export.json" && test -s "$work/$ref/tiny/forward-fp32.safetensors"
       grep -q '"next_step"' "$work/$ref/tiny/score-fp32.json"
+      compgen -G "$work/$ref/tiny/states-int8/*/*.kvs" >/dev/null
     elif ! cmp -s "$work/$ref.sums" "$work/$name.sums"; then
       # Within one binary every level gives the same bytes, everything included.
       report "$name" "$ref"
@@ -187,6 +189,6 @@ done
 if [ "$status" = 0 ]; then
   what="every level of $(basename "$kev_a")" checked="bundles"
   [ -z "$kev_b" ] || what="every level of both binaries" checked="synth checkpoints, bundles"
-  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, bf16) and scores" >&2
+  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, bf16), scores and saved state files" >&2
 fi
 exit "$status"
