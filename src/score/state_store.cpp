@@ -237,8 +237,9 @@ PrefixState read_state_file(const Model& model, const StateFileKey& key, uint64_
   if (payload > file_bytes || file_bytes - payload != kHeaderBytes + 4 * length + 8)
     fail(ErrorKind::kBadInput, "{} bytes where its header says {}", file_bytes,
          kHeaderBytes + 4 * length + 8 + std::min(payload, file_bytes));
-  if (u32(32) > static_cast<uint32_t>(PointKind::kCheckpoint) || u32(36) != 0)
+  if (u32(32) > static_cast<uint32_t>(PointKind::kCheckpoint))
     fail(ErrorKind::kBadInput, "unknown point kind {}", u32(32));
+  if (u32(36) != 0) fail(ErrorKind::kBadInput, "reserved header word {} is not zero", u32(36));
   if (std::memcmp(head + 40, key.identity.data(), key.identity.size()) != 0)
     fail(ErrorKind::kBadInput, "made by another bundle, precision, backend or format version");
   std::vector<int32_t> ids(static_cast<size_t>(length));
@@ -323,13 +324,14 @@ StateStore::Found StateStore::find_longest(std::span<const int32_t> ids, size_t 
   for (size_t n : candidates) {
     const std::string path = file_name(ids.first(n));
     try {
-      Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+      Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
       if (f.fd < 0) {
         if (errno == ENOENT) continue;  // evicted or replaced since the listing
         fail(ErrorKind::kIo, "cannot open: {}", std::strerror(errno));
       }
       struct stat st {};
       if (::fstat(f.fd, &st) != 0) fail(ErrorKind::kIo, "cannot stat: {}", std::strerror(errno));
+      if (!S_ISREG(st.st_mode)) continue;  // a folder or device named like a point: not ours
       const auto size = static_cast<uint64_t>(st.st_size);
       FileSource in(f.fd, size);
       PointKind kind = PointKind::kEnd;
@@ -502,7 +504,7 @@ void StateStore::enforce_budget() {
       if (!temp && !parse_point_name(e->d_name, &n, &h)) continue;
       const std::string path = dir + "/" + e->d_name;
       struct stat st {};
-      if (::stat(path.c_str(), &st) != 0) continue;
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       if (temp) {
         if (now_s - static_cast<double>(st.st_mtime) > kStaleTempSeconds) ::unlink(path.c_str());
         continue;
