@@ -12,7 +12,8 @@ another point's file, garbage), each damaged file ignored, counted in
 kev_state_disk_rejected_total, logged and removed, the answer still the cold one; two servers
 writing the same points at once; a failing disk (KEV_FAULT_WRITE_AFTER_BYTES: saving pauses,
 requests do not fail, nothing partial is left); `kev score --state-dir` across two invocations;
-the directory's byte bound (--state-dir-bytes); and foreign entries in the directory, left alone.
+the directory's byte bound (--state-dir-bytes); foreign entries in the directory, left alone;
+and files damaged in place while a server reads them.
 
 Every server is started with --port 0 on 127.0.0.1 and always killed in teardown."""
 import glob
@@ -634,3 +635,69 @@ def test_foreign_entries_are_left_alone(bundle, cold, servers, tmp_path):
     assert os.path.isdir(files[longest]) and os.listdir(files[longest]) == ["inside"]
     assert stat.S_ISFIFO(os.stat(files[fifo]).st_mode)
     stop(b)
+
+
+# ---- 8. damage while serving ----
+
+def test_damage_while_serving_never_gives_a_wrong_answer(bundle, cold, servers, tmp_path):
+    """A thread damages the directory's files in place (flips, truncations, appended bytes) while a server with a one-entry memory cache (so nearly every turn looks on disk)
+    scores interleaved conversations: every answer is the cold one, the server stays healthy."""
+    oracle = cold("fp32")
+    root = str(tmp_path / "states")
+    s = ServeProcess(bundle, "--cache-entries", 1, "--cache-checkpoint-tokens", 32, "--max-state", 4096,
+                     "--usage-details", "--state-dir", root)
+    servers.append(s)
+    convs = [append_only(c, 7) for c in "pqr"]
+    stop_flag = threading.Event()
+    damaged = [0]
+
+    def damage():
+        # Each new file, as soon as it appears, is damaged in place with probability 1/2 (a flipped
+        # bit, a truncation or appended bytes), and damaged again now and then after that.
+        rng = random.Random(3)
+        seen, hit = set(), []
+        while not stop_flag.is_set():
+            for path in glob.glob(os.path.join(root, "*", "*.kvs")):
+                if path not in seen:
+                    seen.add(path)
+                    if rng.random() < 0.5:
+                        hit.append(path)
+                    else:
+                        continue
+                elif path not in hit or rng.random() > 0.05:
+                    continue
+                try:
+                    size = os.path.getsize(path)
+                    how = rng.randrange(3)
+                    if how == 0 and size:
+                        with open(path, "r+b") as f:
+                            f.seek(rng.randrange(size))
+                            b = f.read(1)
+                            f.seek(-1, os.SEEK_CUR)
+                            f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
+                    elif how == 1:
+                        os.truncate(path, rng.randrange(size + 1))
+                    else:
+                        with open(path, "ab") as f:
+                            f.write(b"\0" * rng.randrange(1, 64))
+                    damaged[0] += 1
+                except OSError:
+                    pass  # removed meanwhile (rejected by the server)
+            time.sleep(0.002)
+
+    t = threading.Thread(target=damage)
+    t.start()
+    try:
+        for turn in range(7):
+            for conv in convs:
+                check(s, oracle, {"state": conv[turn], "questions": MIXES[turn % len(MIXES)]})
+    finally:
+        stop_flag.set()
+        t.join()
+    m = metrics(s)
+    assert damaged[0] > 0
+    # Lookups happened (the memory cache holds one point): whole files were used, damaged ones
+    # refused.
+    assert m["kev_state_disk_hits_total"] > 0 and m["kev_state_disk_rejected_total"] > 0, m
+    health(s)
+    stop(s)
