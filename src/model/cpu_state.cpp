@@ -135,7 +135,10 @@ std::shared_ptr<const CpuState> read_cpu_state(const ModelConfig& c, int64_t len
       continue;
     }
     const auto blocks = take<uint64_t>(in);
-    if (blocks < 1 || blocks > static_cast<uint64_t>(length))
+    // Each block holds at least one row: its count, its keys and its values.
+    const uint64_t least_block_bytes = sizeof(uint64_t) + 2 * kv_w * sizeof(float);
+    if (blocks < 1 || blocks > static_cast<uint64_t>(length) ||
+        blocks > in.remaining() / least_block_bytes)
       fail(ErrorKind::kBadInput, "saved state: layer {} has {} blocks for {} tokens", i, blocks,
            length);
     uint64_t rows_total = 0;

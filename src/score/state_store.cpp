@@ -153,6 +153,7 @@ std::string identity_text(const Model& model, const std::string& bundle_digest) 
 // ---- checksum ----
 
 void StreamChecksum::update(const void* bytes, size_t n) {
+  if (n == 0) return;
   const auto* p = static_cast<const unsigned char*>(bytes);
   total_ += n;
   if (tail_len_ > 0) {

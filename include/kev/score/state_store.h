@@ -91,7 +91,8 @@ struct StateFileKey {
 void write_state_file(const Model& model, const StateFileKey& key, const PrefixState& state,
                       const StateSink& out);
 // Reads a state file of `file_bytes` bytes from `in`, checking everything against `key` (ids:
-// the point's expected tokens); Error(kBadInput) naming the first check that fails.
+// the point's expected tokens); Error(kBadInput) naming the first check that fails, or
+// Error(kIntegrity) when only the checksum does not match.
 PrefixState read_state_file(const Model& model, const StateFileKey& key, uint64_t file_bytes,
                             StateSource& in, PointKind* kind = nullptr);
 
