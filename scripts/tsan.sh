@@ -16,7 +16,9 @@ echo "tsan: serve tests (batching, cancellation, drain, overload)" >&2
 # FIFO deadlines, overload 503s (with and without a queue), SIGTERM drain (its delay, its
 # deadline, the hostile draining case), growing states (saved points shared between batched
 # conversations, eviction while they are in use), admission's fairness (pipeliners beside normal
-# clients, displacement) and its memory waits. Each once: KEV_FULL_MATRIX=1 (scripts/test.sh
+# clients, displacement) and its memory waits; saved states on disk (the writer thread beside
+# the workers: two servers writing one directory, files damaged while read, failing writes).
+# Each once: KEV_FULL_MATRIX=1 (scripts/test.sh
 # --full) adds their repeats and other parameters (growing states in int8, the pipeliners' two
 # reruns) and the lifecycle and batching tests without races of their own.
 t=$root/tests/integration
@@ -39,6 +41,9 @@ selected=(
   "$t/test_serve_admission.py::test_non_reading_pipeliners_do_not_keep_normal_clients_out[0]"
   "$t/test_serve_admission.py::test_a_displaced_pipelined_request_is_answered_503_in_order"
   "$t/test_serve_admission.py::test_memory_budget_queues_then_refuses_503_at_the_deadline"
+  "$t/test_state_dir.py::test_two_servers_writing_the_same_points"
+  "$t/test_state_dir.py::test_damage_while_serving_never_gives_a_wrong_answer"
+  "$t/test_state_dir.py::test_write_failures_pause_saving_and_never_fail_a_request"
 )
 if [ "${KEV_FULL_MATRIX:-0}" = 1 ]; then
   selected=("$t/test_serve_batching.py" "$t/test_serve.py::test_overload_answers_503_and_loses_nothing"
