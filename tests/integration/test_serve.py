@@ -94,8 +94,9 @@ def test_health_and_models(server, model_name):
     assert server.score(REQUESTS[1])[0] == 200
     status, hdrs, health = server.request("GET", "/health")
     assert status == 200 and hdrs["content-type"].startswith("application/json")
-    assert list(health) == ["status", "ready", "model", "inflight", "queued", "temperature", "cache", "batches",
-                            "memory"]
+    assert list(health) == ["status", "ready", "model", "inflight", "queued", "temperature", "cache", "state_dir",
+                            "batches", "memory"]
+    assert health["state_dir"] is None  # no --state-dir (test_state_dir.py: its counts)
     assert health["status"] == "ok" and health["ready"] is True and health["model"] == model_name
     assert health["inflight"] == 0 and health["queued"] == 0
     cache = health["cache"]
