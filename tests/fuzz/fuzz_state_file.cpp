@@ -42,20 +42,7 @@ namespace {
 
 constexpr size_t kHeader = 72, kTrailer = 8, kMaxIds = 4096;
 
-class BytesSource final : public kev::StateSource {
- public:
-  explicit BytesSource(std::string_view bytes) : bytes_(bytes) {}
-  void read(void* into, size_t n) override {
-    if (n > remaining()) kev::fail(kev::ErrorKind::kBadInput, "fuzz source: {} bytes short", n);
-    if (n > 0) std::memcpy(into, bytes_.data() + at_, n);
-    at_ += n;
-  }
-  size_t remaining() const override { return bytes_.size() - at_; }
-
- private:
-  std::string_view bytes_;
-  size_t at_ = 0;
-};
+using BytesSource = kev::MemoryStateSource;
 
 struct Fixture {
   std::unique_ptr<kev::Model> model;

@@ -9,7 +9,11 @@
 // the bytes left before anything is allocated; a stream that does not fit is Error(kBadInput).
 #pragma once
 #include <cstddef>
+#include <cstring>
 #include <functional>
+#include <string_view>
+
+#include "kev/core/error.h"
 
 namespace kev {
 
@@ -23,6 +27,23 @@ class StateSource {
   virtual ~StateSource() = default;
   virtual void read(void* into, size_t n) = 0;
   virtual size_t remaining() const = 0;
+};
+
+// Bytes in memory (which outlive it) as a StateSource.
+class MemoryStateSource final : public StateSource {
+ public:
+  explicit MemoryStateSource(std::string_view bytes) : bytes_(bytes) {}
+  void read(void* into, size_t n) override {
+    if (n > remaining())
+      fail(ErrorKind::kBadInput, "the bytes end {} bytes early", n - remaining());
+    if (n > 0) std::memcpy(into, bytes_.data() + at_, n);
+    at_ += n;
+  }
+  size_t remaining() const override { return bytes_.size() - at_; }
+
+ private:
+  std::string_view bytes_;
+  size_t at_ = 0;
 };
 
 }  // namespace kev

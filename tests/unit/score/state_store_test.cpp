@@ -39,21 +39,7 @@ namespace fs = std::filesystem;
 constexpr size_t kHeader = 72, kLengthAt = 16, kPayloadAt = 24, kKindAt = 32, kReservedAt = 36;
 constexpr size_t kTrailer = 8;
 
-// A whole file in memory as a StateSource.
-class BytesSource final : public StateSource {
- public:
-  explicit BytesSource(std::string_view bytes) : bytes_(bytes) {}
-  void read(void* into, size_t n) override {
-    if (n > remaining()) fail(ErrorKind::kBadInput, "test source: {} bytes short", n - remaining());
-    if (n > 0) std::memcpy(into, bytes_.data() + at_, n);
-    at_ += n;
-  }
-  size_t remaining() const override { return bytes_.size() - at_; }
-
- private:
-  std::string_view bytes_;
-  size_t at_ = 0;
-};
+using BytesSource = MemoryStateSource;  // a whole file in memory
 
 using Identity = std::array<unsigned char, 32>;
 Identity identity_of(const std::string& text) {
