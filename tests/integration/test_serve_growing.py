@@ -19,19 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from kevtest import ServeProcess, run_kev, synth_bundle  # noqa: E402
+from kevconversations import CHOICE, NOUL, comparable, line, requests  # noqa: E402
 
-CHOICE = {"type": "choice", "instructions": "Next step?", "criteria": {"ship": "confirm", "refund": None, "wait": ""}}
-NOUL = {"type": "noul", "instructions": "Escalate?"}
-SCORE = {"type": "score", "instructions": "Mood", "criteria": ["angry", "neutral", "happy"]}
-MIXES = [{"c": CHOICE, "n": NOUL}, {"s": SCORE}, {"n": NOUL, "s": SCORE, "c": CHOICE}]
 TURNS = 9
 SMALL_BYTES = 1_500_000  # a few saved points of these states on the tiny model
 # Checkpoints every 32 tokens so that the short states here have several.
 WARM_ARGS = ("--cache-entries", 64, "--cache-checkpoint-tokens", 32, "--max-state", 4096, "--usage-details")
-
-
-def line(conv, i):
-    return f"{conv} turn {i}: the customer wrote about order {i * 7} and asked when it ships."
 
 
 def append_only(conv="a"):
@@ -53,21 +46,6 @@ def shrink_then_branch():
     base = append_only("b")
     branch = [base[3] + "\n" + f"b branch {k}: a different reply number {k}." for k in range(3)]
     return base[:7] + [base[3], base[1]] + branch
-
-
-def requests(states, offset=0):
-    return [{"state": s, "questions": MIXES[(i + offset) % len(MIXES)]} for i, s in enumerate(states)]
-
-
-def comparable(body):
-    body = json.loads(json.dumps(body))
-    body.pop("latency_ms", None)
-    if isinstance(body.get("usage"), dict):
-        body["usage"].pop("cached_tokens", None)
-        body["usage"].pop("input_tokens_details", None)
-    for run in body.get("runs", []):
-        run.pop("latency_ms", None)
-    return json.dumps(body, sort_keys=True)
 
 
 @pytest.fixture(scope="module")

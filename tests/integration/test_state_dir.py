@@ -36,11 +36,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 from kevtest import ServeProcess, run_kev, synth_bundle, wait_for  # noqa: E402
+from kevconversations import MIXES, comparable, line, requests  # noqa: E402
 
-CHOICE = {"type": "choice", "instructions": "Next step?", "criteria": {"ship": "confirm", "refund": None, "wait": ""}}
-NOUL = {"type": "noul", "instructions": "Escalate?"}
-SCORE = {"type": "score", "instructions": "Mood", "criteria": ["angry", "neutral", "happy"]}
-MIXES = [{"c": CHOICE, "n": NOUL}, {"s": SCORE}, {"n": NOUL, "s": SCORE, "c": CHOICE}]
 # Checkpoints every 32 tokens so that the short states here have several (as test_serve_growing).
 WARM_ARGS = ("--cache-entries", 64, "--cache-checkpoint-tokens", 32, "--max-state", 4096, "--usage-details")
 COLD_ARGS = ("--cache-entries", 0, "--max-state", 4096, "--usage-details")
@@ -50,10 +47,6 @@ DRAIN_LINE = re.compile(r"kev serve: wrote (\d+) of (\d+) queued saved points to
 
 
 # ---- conversations ----
-
-def line(conv, i):
-    return f"{conv} turn {i}: the customer wrote about order {i * 7} and asked when it ships."
-
 
 def append_only(conv, turns):
     return ["\n".join(line(conv, i) for i in range(t + 1)) for t in range(turns)]
@@ -69,21 +62,6 @@ def structured(conv, turns):
     return [json.dumps({"customer": conv, "plan": "pro",
                         "events": [{"n": i, "text": line(conv, i)} for i in range(t + 1)]})
             for t in range(turns)]
-
-
-def requests(states, offset=0):
-    return [{"state": s, "questions": MIXES[(i + offset) % len(MIXES)]} for i, s in enumerate(states)]
-
-
-def comparable(body):
-    body = json.loads(json.dumps(body))
-    body.pop("latency_ms", None)
-    if isinstance(body.get("usage"), dict):
-        body["usage"].pop("cached_tokens", None)
-        body["usage"].pop("input_tokens_details", None)
-    for run in body.get("runs", []):
-        run.pop("latency_ms", None)
-    return json.dumps(body, sort_keys=True)
 
 
 # ---- fixtures ----
