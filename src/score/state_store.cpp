@@ -32,6 +32,7 @@ constexpr const char* kSuffix = ".kvs";
 constexpr const char* kTempPrefix = ".tmp-";
 constexpr double kStaleTempSeconds = 3600;
 constexpr int kRecountSeconds = 60;
+constexpr double kListingSeconds = 1;  // state_store.h
 // Token counts a file may claim: kev's states are at most 2^24 tokens (text/question_limits.h
 // bounds them far lower); anything above is a damaged header, refused before it sizes a read.
 constexpr uint64_t kMaxStateTokens = uint64_t{1} << 24;
@@ -305,22 +306,39 @@ void StateStore::log(const std::string& line) const {
   if (options_.log) options_.log("kev state-dir: " + line);
 }
 
+std::vector<std::pair<size_t, uint64_t>> StateStore::listing() {
+  std::lock_guard lock(listing_mutex_);
+  const double now = steady_seconds();
+  if (now - listed_at_ < kListingSeconds) return listing_;
+  listing_.clear();
+  if (DIR* d = ::opendir(dir_.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      size_t n = 0;
+      uint64_t h = 0;
+      if (parse_point_name(e->d_name, &n, &h)) listing_.emplace_back(n, h);
+    }
+    ::closedir(d);
+  }
+  listed_at_ = now;
+  return listing_;
+}
+
+void StateStore::listed(std::span<const int32_t> ids) {
+  uint64_t h = kTokenHashBasis;
+  for (int32_t id : ids) h = token_hash_step(h, id);
+  std::lock_guard lock(listing_mutex_);
+  listing_.emplace_back(ids.size(), h);
+}
+
 StateStore::Found StateStore::find_longest(std::span<const int32_t> ids, size_t longer_than,
                                            const std::function<bool(size_t)>& usable) {
   std::vector<uint64_t> hashes(ids.size() + 1);
   hashes[0] = kTokenHashBasis;
   for (size_t i = 0; i < ids.size(); ++i) hashes[i + 1] = token_hash_step(hashes[i], ids[i]);
   std::vector<size_t> candidates;
-  if (DIR* d = ::opendir(dir_.c_str())) {
-    while (const dirent* e = ::readdir(d)) {
-      size_t n = 0;
-      uint64_t h = 0;
-      if (parse_point_name(e->d_name, &n, &h) && n > longer_than && n <= ids.size() &&
-          hashes[n] == h && (!usable || usable(n)))
-        candidates.push_back(n);
-    }
-    ::closedir(d);
-  }
+  for (const auto& [n, h] : listing())
+    if (n > longer_than && n <= ids.size() && hashes[n] == h && (!usable || usable(n)))
+      candidates.push_back(n);
   std::sort(candidates.rbegin(), candidates.rend());
   for (size_t n : candidates) {
     const std::string path = file_name(ids.first(n));
@@ -464,6 +482,7 @@ void StateStore::write_one(const Job& job) {
     f.fd = -1;
     if (::rename(tmp.c_str(), final_name.c_str()) != 0)
       fail(ErrorKind::kIo, "publishing {}: {}", final_name, std::strerror(errno));
+    listed(job.ids);
     writes_.fetch_add(1, std::memory_order_relaxed);
     bytes_written_.fetch_add(written, std::memory_order_relaxed);
     if (disk_bytes_.fetch_add(written, std::memory_order_relaxed) + written > options_.max_bytes)

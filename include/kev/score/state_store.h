@@ -7,7 +7,9 @@
 // - Keyed by content: a point's file lives under DIR/<identity>/ where identity is a digest of
 //   the bundle (its manifest's SHA-256), the model's state identity (model.h: backend, layout,
 //   precision, GDN form, bf16 dot kernel) and the file format version; its name is the token
-//   count and the FNV-1a hash of the ids. Any process with the same bundle and identity finds it.
+//   count and the FNV-1a hash of the ids. Any process with the same bundle and identity finds it:
+//   lookups read a listing of the directory made at most a second before (so a file another
+//   process published within that second may be missed, and the state computed instead).
 // - Exact or ignored: a file is read back only after its header (magic, version, byte order,
 //   identity digest, token count, kind), its token ids (compared in full with the query's), its
 //   size and its checksum (64-bit, over every byte) all match; the state read is then bit for bit
@@ -40,6 +42,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kev/model/model.h"
@@ -132,6 +135,10 @@ class StateStore {
     size_t bytes;
   };
   std::string file_name(std::span<const int32_t> ids) const;
+  // The points in the directory (token count, ids' hash), listed again when the last listing is
+  // older than a second; this process's own writes are added as they are published.
+  std::vector<std::pair<size_t, uint64_t>> listing();
+  void listed(std::span<const int32_t> ids);
   void writer_loop();
   void write_one(const Job& job);
   void enforce_budget();
@@ -148,6 +155,9 @@ class StateStore {
   bool writing_ = false, stopping_ = false;
   std::atomic<bool> abandon_{false};
   double paused_until_ = 0;  // steady seconds
+  std::mutex listing_mutex_;
+  std::vector<std::pair<size_t, uint64_t>> listing_;
+  double listed_at_ = -1e9;  // steady seconds
   std::atomic<uint64_t> hits_{0}, misses_{0}, rejected_{0}, writes_{0}, write_errors_{0},
       dropped_{0}, evictions_{0}, bytes_written_{0}, bytes_read_{0}, disk_bytes_{0};
   uint64_t pending_bytes_ = 0;
