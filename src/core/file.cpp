@@ -150,6 +150,13 @@ void OutputFile::close_synced() {
     fail(ErrorKind::kIo, "cannot sync {}: {}", path_, std::strerror(rc != 0 ? saved : errno));
 }
 
+void OutputFile::close() {
+  if (fd_ < 0) return;
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) fail(ErrorKind::kIo, "cannot close {}: {}", path_, errno_text());
+}
+
 void write_file_synced(const std::string& path, std::string_view bytes) {
   OutputFile f(path);
   f.write(bytes);

@@ -443,24 +443,14 @@ void StateStore::write_one(const Job& job) {
   static std::atomic<uint64_t> serial{0};
   const std::string tmp =
       fmt::format("{}/{}{}-{}-{}", dir_, kTempPrefix, ::getpid(), serial++, point_name(job.ids));
-  Fd f;
   try {
-    f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (f.fd < 0) fail(ErrorKind::kIo, "cannot create {}: {}", tmp, std::strerror(errno));
+    // Not fsynced: a file torn by a crash of the machine fails its checksum and is ignored.
+    OutputFile f(tmp);
     std::string buffer;
     buffer.reserve(kChunkBytes);
-    uint64_t written = 0;
     auto drain = [&] {
       if (abandon_) fail(ErrorKind::kInterrupted, "abandoned at the drain's deadline");
-      WriteFaults::check(buffer.size());
-      size_t done = 0;
-      while (done < buffer.size()) {
-        const ssize_t w = ::write(f.fd, buffer.data() + done, buffer.size() - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) fail(ErrorKind::kIo, "writing {}: {}", tmp, std::strerror(errno));
-        done += static_cast<size_t>(w);
-      }
-      written += buffer.size();
+      f.write(buffer);
       buffer.clear();
     };
     StateFileKey key{identity_, job.ids, job.kind};
@@ -475,11 +465,8 @@ void StateStore::write_one(const Job& job) {
       }
     });
     drain();
-    if (::close(f.fd) != 0) {
-      f.fd = -1;
-      fail(ErrorKind::kIo, "closing {}: {}", tmp, std::strerror(errno));
-    }
-    f.fd = -1;
+    f.close();
+    const uint64_t written = f.bytes_written();
     if (::rename(tmp.c_str(), final_name.c_str()) != 0)
       fail(ErrorKind::kIo, "publishing {}: {}", final_name, std::strerror(errno));
     listed(job.ids);

@@ -60,6 +60,7 @@ class OutputFile {
   void write(const void* data, size_t size);  // all or throw Error(kIo)
   void write(std::string_view s) { write(s.data(), s.size()); }
   void close_synced();  // fsync + close; throws Error(kIo)
+  void close();         // close without fsync; throws Error(kIo)
   uint64_t bytes_written() const { return written_; }
   const std::string& path() const { return path_; }
 
