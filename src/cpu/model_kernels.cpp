@@ -44,6 +44,11 @@ void ModelKernels::gemm_int8(const float* x, int64_t rows, int64_t ldx, const In
   gemm_int8_kernel(int8_, x, rows, ldx, w, y, ldy, threads);
 }
 
+void ModelKernels::gemm_int4(const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w,
+                             float* y, int64_t ldy, size_t threads) const {
+  gemm_int4_kernel(int8_, x, rows, ldx, w, y, ldy, threads);
+}
+
 Bf16PairMatrix ModelKernels::pack_bf16(const Bf16Matrix& m, size_t threads) const {
   return pack_bf16_pairs(m, threads);
 }

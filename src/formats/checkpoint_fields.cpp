@@ -210,10 +210,10 @@ nlohmann::json checkpoint_fields_json(const CheckpointFields& f) {
 void check_bundle_supported(const ManifestJson& m, const std::string& path) {
   if (!m.is_object()) fail(ErrorKind::kBadInput, "{} must hold a JSON object", path);
   static constexpr const char* kKnown[] = {
-      "format",     "model",         "base",           "checkpoint", "reference",
-      "inputs",     "outputs",       "merged_targets", "lora",       "dtypes",
-      "dimensions", "temperature",   "delimiters",     "producer",   "checkpoint_fields",
-      "weights",    "weights_sha256"};
+      "format",     "model",          "base",           "checkpoint", "reference",
+      "inputs",     "outputs",        "merged_targets", "lora",       "dtypes",
+      "dimensions", "temperature",    "delimiters",     "producer",   "checkpoint_fields",
+      "weights",    "weights_sha256", "quantized"};
   // Named copies rather than structured bindings: clang 14 (the fuzz and TSan builds) cannot
   // capture a structured binding in a lambda.
   for (const auto& item : m.items()) {
@@ -223,6 +223,17 @@ void check_bundle_supported(const ManifestJson& m, const std::string& path) {
            "{}: key \"{}\" ({}) is not one kev {} knows; the bundle comes from a newer kev or was "
            "edited, and kev refuses rather than guess whether it changes the answers",
            path, key, shown(item.value()), KEV_VERSION);
+  }
+  // A quantized bundle (kev quantize): its rule must be one this kev implements; the shards say
+  // which rows are stored how (the loader checks them).
+  if (auto it = m.find("quantized"); it != m.end()) {
+    if (!it->is_object())
+      fail(ErrorKind::kBadInput, "{}: \"quantized\" is {}, not an object", path, shown(*it));
+    auto rule = it->find("rule");
+    if (rule == it->end() || *rule != "kev-quant-b32/1")
+      fail(ErrorKind::kUnsupported,
+           "{}: quantized.rule is {}; this kev {} runs only \"kev-quant-b32/1\" bundles", path,
+           rule == it->end() ? std::string("missing") : shown(*rule), KEV_VERSION);
   }
   if (auto it = m.find("format"); it != m.end() && *it != kBundleFormatTag)
     fail(ErrorKind::kUnsupported, "{}: \"format\" is {}; this kev runs \"{}\" bundles", path,

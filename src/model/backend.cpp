@@ -24,6 +24,11 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
 
   void prepare(const ForwardOptions& o) override {
+    if (w_.quantized() && o.precision != Precision::kInt8)
+      fail(ErrorKind::kUnsupported,
+           "this bundle stores its projections quantized ({}, kev quantize) and runs with "
+           "--precision int8 only; --precision {} needs the BF16 bundle it was made from",
+           w_.stored_kinds(), precision_name(o.precision));
     if (o.precision == Precision::kBf16 && !bf16_) bf16_ = prepare_bf16(w_, kernels_, o.threads);
     if (o.precision == Precision::kInt8 && !int8_) int8_ = prepare_int8(w_, o.threads);
   }

@@ -17,19 +17,24 @@
 
 namespace kev {
 
-// The projections kInt8 runs quantized, keyed by their BF16 data (model.h lists which): each
-// entry quantizes a range of the matrix's output rows; the other rows (and any projection not
-// listed) run in exact FP32.
-struct Int8Part {
-  int64_t row0 = 0;  // first output row of `q` in the whole matrix
-  Int8Matrix q;
+// The projections kInt8 runs reduced, keyed by their place in ModelWeights (the Bf16Matrix
+// member; quant_plan.h lists them): each entry cuts the matrix's output rows into parts, in row
+// order, each exact FP32 on BF16 rows, 8-bit or 4-bit (gemm_int8.h). A projection not listed
+// runs in exact FP32. Built from the BF16 weights at load time (quantize_int8), or from a
+// quantized bundle's stored parts, which then cover every row.
+struct ReducedPart {
+  RowPart rows;
+  Bf16Matrix exact;  // kExact: the part's BF16 rows
+  Int8Matrix q8;     // kQ8
+  Int4Matrix q4;     // kQ4
 };
 struct Int8Weights {
-  std::unordered_map<const uint16_t*, Int8Part> by_data;
-  const Int8Part* find(const Bf16Matrix& m) const {
-    auto it = by_data.find(m.data);
-    return it == by_data.end() ? nullptr : &it->second;
+  std::unordered_map<const Bf16Matrix*, std::vector<ReducedPart>> by_matrix;
+  const std::vector<ReducedPart>* find(const Bf16Matrix& m) const {
+    auto it = by_matrix.find(&m);
+    return it == by_matrix.end() ? nullptr : &it->second;
   }
+  size_t bytes() const;  // the reduced parts' own bytes (exact parts stay in the mapping)
 };
 
 // The projections kBf16 runs with BF16 activations, keyed like Int8Weights: the same selection
@@ -56,7 +61,8 @@ inline Bf16Matrix rows_of(const Bf16Matrix& m, int64_t r0, int64_t r1) {
 }
 
 // kBf16's projections (int8's default selection) and kInt8's (the default selection, or
-// KEV_INT8_CLASSES), built once; the copied rows' mapped pages are released.
+// KEV_INT8_CLASSES; a quantized bundle's stored parts), built once; the copied rows' mapped
+// pages are released.
 // kBf16 packs for `kernels`' bf16 dot kernel where it has one.
 std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelKernels& kernels,
                                              size_t threads);

@@ -2,6 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
@@ -89,7 +93,17 @@ class Binder {
  public:
   Binder(Catalog& cat, std::string prefix) : cat_(cat), prefix_(std::move(prefix)) {}
 
-  Bf16Matrix matrix(const std::string& rel, int64_t rows, int64_t cols) {
+  // rel's BF16 tensor, or (a quantized bundle) its stored parts, kept in parts[rel]; then the
+  // matrix has no data.
+  Bf16Matrix matrix(const std::string& rel, int64_t rows, int64_t cols,
+                    std::map<std::string, std::vector<StoredPart>>& parts) {
+    if (!cat_.by_name.count(prefix_ + rel)) {
+      std::vector<StoredPart> p = stored_parts(rel, rows, cols);
+      if (!p.empty()) {
+        parts[rel] = std::move(p);
+        return {nullptr, rows, cols};
+      }
+    }
     auto [f, t] = find(rel);
     check_shape(*f, *t, {rows, cols});
     if (t->dtype != DType::kBF16)
@@ -120,6 +134,78 @@ class Binder {
 
   const std::set<std::string>& used() const { return used_; }
 
+ private:
+  // The parts `<name>@<r0>-<r1>.<kind>` of a quantized bundle's projection (weights.h), checked
+  // to tile [0, rows) with the right shapes and dtypes; empty when there are none.
+  std::vector<StoredPart> stored_parts(const std::string& rel, int64_t rows, int64_t cols) {
+    const std::string stem = prefix_ + rel + "@";
+    const int64_t blocks = (cols + kQuantBlock - 1) / kQuantBlock;
+    std::vector<StoredPart> parts;
+    for (auto it = cat_.by_name.lower_bound(stem);
+         it != cat_.by_name.end() && starts_with(it->first, stem); ++it) {
+      const std::string suffix = it->first.substr(stem.size());
+      if (suffix.ends_with(".scale")) continue;  // read with its part
+      const auto [f, t] = it->second;
+      long long r0 = -1, r1 = -1;
+      char kind[8] = {};
+      if (std::sscanf(suffix.c_str(), "%lld-%lld.%7s", &r0, &r1, kind) != 3 ||
+          fmt::format("{}-{}.{}", r0, r1, kind) != suffix || r0 < 0 || r1 <= r0 || r1 > rows)
+        fail(ErrorKind::kBadInput,
+             "{}: tensor '{}' is not a part <rows>@<r0>-<r1>.<bf16|q8|q4> of a {}-row projection",
+             f->path(), t->name, rows);
+      StoredPart part;
+      part.rows = {r0, r1, WeightKind::kExact};
+      const int64_t n = r1 - r0;
+      const std::string k = kind;
+      if (k == "bf16") {
+        expect(*f, *t, DType::kBF16, {n, cols});
+      } else if (k == "q8" || k == "q4") {
+        part.rows.kind = k == "q8" ? WeightKind::kQ8 : WeightKind::kQ4;
+        expect(*f, *t, k == "q8" ? DType::kI8 : DType::kU8,
+               {n, blocks * (k == "q8" ? kQuantBlock : kQuantBlock / 2)});
+        auto sc = cat_.by_name.find(it->first + ".scale");
+        if (sc == cat_.by_name.end())
+          fail(ErrorKind::kBadInput, "{}: tensor '{}' has no '{}.scale'", f->path(), t->name,
+               t->name);
+        expect(*sc->second.file, *sc->second.info, k == "q8" ? DType::kF32 : DType::kF16,
+               {n, blocks});
+        part.scale = sc->second.file->data(*sc->second.info);
+        used_.insert(sc->first);
+      } else {
+        fail(ErrorKind::kBadInput,
+             "{}: tensor '{}' is stored as '{}', which this kev does not know", f->path(), t->name,
+             k);
+      }
+      part.q = f->data(*t);
+      used_.insert(it->first);
+      parts.push_back(part);
+    }
+    std::sort(parts.begin(), parts.end(),
+              [](const StoredPart& a, const StoredPart& b) { return a.rows.row0 < b.rows.row0; });
+    int64_t next = 0;
+    for (const StoredPart& p : parts) {
+      if (p.rows.row0 != next)
+        fail(ErrorKind::kBadInput,
+             "projection '{}{}' is stored in parts that do not cover its rows in order (rows {} "
+             "follow {})",
+             prefix_, rel, p.rows.row0, next);
+      next = p.rows.row1;
+    }
+    if (!parts.empty() && next != rows)
+      fail(ErrorKind::kBadInput,
+           "projection '{}{}' is stored in parts that cover {} of its {} rows", prefix_, rel, next,
+           rows);
+    return parts;
+  }
+
+  void expect(const SafetensorsFile& f, const TensorInfo& t, DType d, std::vector<int64_t> shape) {
+    if (t.dtype != d)
+      fail(ErrorKind::kBadInput, "{}: tensor '{}' has dtype {}, expected {}", f.path(), t.name,
+           dtype_name(t.dtype), dtype_name(d));
+    check_shape(f, t, shape);
+  }
+
+ public:
  private:
   Located find(const std::string& rel) {
     std::string name = prefix_ + rel;
@@ -158,7 +244,7 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
   w->prefix_ = detect_prefix(cat, dir);
   Binder b(cat, w->prefix_);
   const int64_t h = c.hidden, hd = c.head_dim;
-  w->embed_ = b.matrix("embed_tokens.weight", c.vocab, h);
+  w->embed_ = b.matrix("embed_tokens.weight", c.vocab, h, w->stored_);
   w->final_norm_ = b.vector("norm.weight", {h});
   for (int64_t l = 0; l < c.layers; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
@@ -166,25 +252,25 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
     lw.full_attention = c.full_attention[static_cast<size_t>(l)];
     lw.input_norm = b.vector(p + "input_layernorm.weight", {h});
     lw.post_norm = b.vector(p + "post_attention_layernorm.weight", {h});
-    lw.gate = b.matrix(p + "mlp.gate_proj.weight", c.intermediate, h);
-    lw.up = b.matrix(p + "mlp.up_proj.weight", c.intermediate, h);
-    lw.down = b.matrix(p + "mlp.down_proj.weight", h, c.intermediate);
+    lw.gate = b.matrix(p + "mlp.gate_proj.weight", c.intermediate, h, w->stored_);
+    lw.up = b.matrix(p + "mlp.up_proj.weight", c.intermediate, h, w->stored_);
+    lw.down = b.matrix(p + "mlp.down_proj.weight", h, c.intermediate, w->stored_);
     if (lw.full_attention) {
       std::string a = p + "self_attn.";
-      lw.attn.q = b.matrix(a + "q_proj.weight", c.heads * hd * 2, h);
-      lw.attn.k = b.matrix(a + "k_proj.weight", c.kv_heads * hd, h);
-      lw.attn.v = b.matrix(a + "v_proj.weight", c.kv_heads * hd, h);
-      lw.attn.o = b.matrix(a + "o_proj.weight", h, c.heads * hd);
+      lw.attn.q = b.matrix(a + "q_proj.weight", c.heads * hd * 2, h, w->stored_);
+      lw.attn.k = b.matrix(a + "k_proj.weight", c.kv_heads * hd, h, w->stored_);
+      lw.attn.v = b.matrix(a + "v_proj.weight", c.kv_heads * hd, h, w->stored_);
+      lw.attn.o = b.matrix(a + "o_proj.weight", h, c.heads * hd, w->stored_);
       lw.attn.q_norm = b.vector(a + "q_norm.weight", {hd});
       lw.attn.k_norm = b.vector(a + "k_norm.weight", {hd});
     } else {
       std::string g = p + "linear_attn.";
       const int64_t lv = c.linear_value_heads, vt = c.lin_v_total();
-      lw.gdn.qkv = b.matrix(g + "in_proj_qkv.weight", c.conv_dim(), h);
-      lw.gdn.z = b.matrix(g + "in_proj_z.weight", vt, h);
-      lw.gdn.a = b.matrix(g + "in_proj_a.weight", lv, h);
-      lw.gdn.b = b.matrix(g + "in_proj_b.weight", lv, h);
-      lw.gdn.out = b.matrix(g + "out_proj.weight", h, vt);
+      lw.gdn.qkv = b.matrix(g + "in_proj_qkv.weight", c.conv_dim(), h, w->stored_);
+      lw.gdn.z = b.matrix(g + "in_proj_z.weight", vt, h, w->stored_);
+      lw.gdn.a = b.matrix(g + "in_proj_a.weight", lv, h, w->stored_);
+      lw.gdn.b = b.matrix(g + "in_proj_b.weight", lv, h, w->stored_);
+      lw.gdn.out = b.matrix(g + "out_proj.weight", h, vt, w->stored_);
       lw.gdn.conv = b.vector(g + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel});
       lw.gdn.a_log = b.vector(g + "A_log", {lv});
       lw.gdn.dt_bias = b.vector(g + "dt_bias", {lv});
@@ -201,12 +287,50 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
            loc.file->path(), name);
   }
   w->files_ = std::move(cat.files);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const LayerWeights& lw = w->layers_[static_cast<size_t>(l)];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    auto put = [&](const std::string& rel, const Bf16Matrix& m) { w->projections_[p + rel] = &m; };
+    if (lw.full_attention) {
+      put("self_attn.q_proj.weight", lw.attn.q);
+      put("self_attn.k_proj.weight", lw.attn.k);
+      put("self_attn.v_proj.weight", lw.attn.v);
+      put("self_attn.o_proj.weight", lw.attn.o);
+    } else {
+      put("linear_attn.in_proj_qkv.weight", lw.gdn.qkv);
+      put("linear_attn.in_proj_z.weight", lw.gdn.z);
+      put("linear_attn.out_proj.weight", lw.gdn.out);
+    }
+    put("mlp.gate_proj.weight", lw.gate);
+    put("mlp.up_proj.weight", lw.up);
+    put("mlp.down_proj.weight", lw.down);
+  }
+  for (const auto& [name, parts] : w->stored_)
+    if (!w->projections_.count(name))
+      fail(ErrorKind::kBadInput,
+           "{}: tensor '{}{}' is stored in parts, which only the big "
+           "projections may be",
+           dir, w->prefix_, name);
   return w;
 }
 
+std::string ModelWeights::stored_kinds() const {
+  bool q8 = false, q4 = false;
+  for (const auto& [name, parts] : stored_)
+    for (const StoredPart& p : parts) {
+      q8 = q8 || p.rows.kind == WeightKind::kQ8;
+      q4 = q4 || p.rows.kind == WeightKind::kQ4;
+    }
+  return q4 && q8 ? "q4+q8" : q4 ? "q4" : q8 ? "q8" : quantized() ? "bf16" : "";
+}
+
 void ModelWeights::release_pages(const Bf16Matrix& m) const {
-  const auto* begin = reinterpret_cast<const uint8_t*>(m.data);
-  const size_t bytes = static_cast<size_t>(m.rows * m.cols) * 2;
+  release_bytes(m.data, static_cast<size_t>(m.rows * m.cols) * 2);
+}
+
+void ModelWeights::release_bytes(const void* data, size_t bytes) const {
+  const auto* begin = static_cast<const uint8_t*>(data);
+  if (!begin) return;
   for (const auto& f : files_) {
     const uint8_t* base = f->file().data();
     if (base && begin >= base && begin + bytes <= base + f->file().size()) {

@@ -43,7 +43,26 @@ void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int
                    float* y, int64_t ldy, size_t threads);
 
 // The weight rule above (Q = 127), for one row of n values: q [blocks * 32] (zero-padded),
-// scale [blocks]. Exposed for tests.
+// scale [blocks]. Also the q8 rule of quantized bundles (below).
 void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale);
+
+// Weights stored quantized in a bundle (`kev quantize`, docs/bundle-format.md "Quantized
+// bundles"), row-major, the last block of a row zero-padded:
+// - q8: int8 [rows][blocks * 32] and FP32 scales [rows][blocks], by quantize_row_int8.
+// - q4: bytes [rows][blocks * 16] (k = 2i in the low nibble of byte i, k = 2i + 1 in the high,
+//   two's complement) and F16 scales [rows][blocks], by quantize_row_q4: per block s =
+//   f16(amax / 7) (round to nearest even), q = nearbyint(v / f32(s)) clamped to [-7, 7]; a block
+//   with amax < 1e-30 (or NaN), or whose s rounds to 0, is all zeros with s = 0.
+// Both run through the int8 kernels with the contract above (the q4 scale widened exactly), so a
+// q8 matrix gives the bits of quantize_int8 on the same BF16 rows, and q4 the same bits on every
+// kernel. quantize_row_q4 returns false, writing nothing useful, where a block's s would
+// overflow F16 (amax / 7 >= 65520).
+bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale);
+// The kernels' layouts of stored rows (q and scale may be unaligned; cols > 0).
+Int8Matrix pack_q8_rows(const void* q, const void* scale, int64_t rows, int64_t cols,
+                        size_t threads = 0);
+Int4Matrix pack_q4_rows(const void* q, const void* scale, int64_t rows, int64_t cols,
+                        size_t threads = 0);
+// (gemm_int4_kernel, precision_kernels.h, runs a q4 matrix.)
 
 }  // namespace kev

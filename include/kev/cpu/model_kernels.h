@@ -31,6 +31,9 @@ class ModelKernels {
   // The same with blockwise int8 weights and int16 activations (gemm_int8.h).
   void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
                  int64_t ldy, size_t threads) const;
+  // The same with 4-bit weights (a q4 bundle's, gemm_int8.h) through the same int8 kernel.
+  void gemm_int4(const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w, float* y,
+                 int64_t ldy, size_t threads) const;
   // Whether the bf16 mode has a dot-product kernel here (then its weights are packed with
   // pack_bf16 and run through gemm_bf16_dot); without one it rounds activations and runs gemm.
   bool has_bf16_dot() const { return bf16_ != kNoBf16Kernel; }

@@ -68,6 +68,11 @@ Int8Kernel int8_kernel_for(Isa isa);       // what gemm_int8_isa(isa) runs on th
 // gemm_int8 (gemm_int8.h) through one given kernel; k must be supported.
 void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
                       float* y, int64_t ldy, size_t threads);
+// The same for a q4 matrix (gemm_int8.h): each chunk of output groups is unpacked to
+// Int8Matrix's layout and run through k's tiles, so the bits are k's (every kernel's) on the
+// unpacked weights.
+void gemm_int4_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w,
+                      float* y, int64_t ldy, size_t threads);
 
 // ---- bf16 dot ----
 using Bf16Kernel = RegisteredKernel<struct Bf16KernelTag>;

@@ -9,9 +9,17 @@
 // prefix is refused. Dtypes: matrices and the embedding must be BF16; the small vectors
 // (A_log, dt_bias, GDN norm.weight, RMSNorm weights, conv1d taps) may be BF16 or F32 (the
 // released base stores A_log and the GDN norm in F32, everything else in BF16).
+//
+// Quantized bundles (`kev quantize`, docs/bundle-format.md "Quantized bundles"): a projection may
+// be stored in row parts instead of one BF16 tensor, `<name>@<r0>-<r1>.<kind>` for kind bf16
+// (BF16 [n, cols]), q8 (I8 [n, blocks*32] plus `.scale` F32 [n, blocks]) or q4 (U8
+// [n, blocks*16] plus `.scale` F16 [n, blocks]); the parts must cover the rows in order, each
+// of its shape and dtype. Such a projection's Bf16Matrix has data == nullptr (only its shape);
+// stored() says how it is held, and only the int8 precision mode runs it.
 // Errors: kBadInput naming the file and tensor.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +27,7 @@
 #include "kev/cpu/matrix.h"
 #include "kev/formats/safetensors.h"
 #include "kev/model/config.h"
+#include "kev/model/quant_plan.h"
 
 namespace kev {
 
@@ -42,6 +51,14 @@ struct LayerWeights {
   GdnWeights gdn;
 };
 
+// One stored row part of a projection in a quantized bundle: q points at its values (BF16 for
+// an exact part), scale at its scales (q8, q4), both inside the mapping, possibly unaligned.
+struct StoredPart {
+  RowPart rows;
+  const uint8_t* q = nullptr;
+  const uint8_t* scale = nullptr;
+};
+
 class ModelWeights {
  public:
   static std::unique_ptr<ModelWeights> load(const std::string& model_dir);
@@ -55,6 +72,15 @@ class ModelWeights {
   // the read-only file mapping: a later read faults them back in from the file). For a mode
   // that keeps its own copy of m (--precision int8). No-op for a matrix not in a mapping.
   void release_pages(const Bf16Matrix& m) const;
+  void release_bytes(const void* data, size_t bytes) const;  // the same for any mapped range
+
+  // Every big projection by its tensor name without prefix (quant_plan.h's names).
+  const std::map<std::string, const Bf16Matrix*>& projections() const { return projections_; }
+  // The projections a quantized bundle stores in parts (empty for a BF16 bundle), by name.
+  const std::map<std::string, std::vector<StoredPart>>& stored() const { return stored_; }
+  bool quantized() const { return !stored_.empty(); }
+  // "q8", "q4" or "q4+q8" for a quantized bundle (the kinds it stores), "" otherwise.
+  std::string stored_kinds() const;
 
  private:
   ModelConfig config_;
@@ -63,6 +89,8 @@ class ModelWeights {
   std::vector<float> final_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const Bf16Matrix*> projections_;
+  std::map<std::string, std::vector<StoredPart>> stored_;
 };
 
 }  // namespace kev

@@ -154,6 +154,99 @@ Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
   return m;
 }
 
+bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t len = std::min(kQuantBlock, n - b * kQuantBlock);
+    const float* vb = v + b * kQuantBlock;
+    uint8_t* qb = q + b * (kQuantBlock / 2);
+    std::fill(qb, qb + kQuantBlock / 2, uint8_t{0});
+    scale[b] = 0;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(vb[i]));
+    if (!(amax >= 1e-30f)) continue;
+    const uint16_t s16 = f32_to_f16(amax / 7.0f);
+    if ((s16 & 0x7c00u) == 0x7c00u) return false;  // amax / 7 overflows F16
+    const float s = f16_to_f32(s16);
+    if (s == 0.0f) continue;
+    scale[b] = s16;
+    for (int64_t i = 0; i < len; ++i) {
+      const float r = std::min(7.0f, std::max(-7.0f, std::nearbyint(vb[i] / s)));
+      const auto nib = static_cast<uint8_t>(static_cast<int>(r) & 0xf);
+      qb[i / 2] |= static_cast<uint8_t>(i % 2 == 0 ? nib : nib << 4);
+    }
+  }
+  return true;
+}
+
+Int8Matrix pack_q8_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                        size_t threads) {
+  Int8Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.blocks = (cols + kQuantBlock - 1) / kQuantBlock;
+  m.groups = (rows + kGroup - 1) / kGroup;
+  m.q.assign(static_cast<size_t>(m.groups * kGroup * m.blocks * kQuantBlock), 0);
+  m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0.0f);
+  const auto* qs = static_cast<const int8_t*>(q_rows);
+  const auto* ss = static_cast<const uint8_t*>(scale_rows);
+  const int64_t kp = m.blocks * kQuantBlock;
+  parallel_for(
+      static_cast<size_t>(m.groups),
+      [&](size_t gi) {
+        const int64_t g = static_cast<int64_t>(gi);
+        for (int64_t j = 0; j < kGroup && g * kGroup + j < rows; ++j) {
+          const int64_t r = g * kGroup + j;
+          for (int64_t b = 0; b < m.blocks; ++b) {
+            float sc;
+            std::memcpy(&sc, ss + 4 * (r * m.blocks + b), 4);  // may be unaligned
+            m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] = sc;
+            const int8_t* src = qs + r * kp + b * kQuantBlock;
+            int8_t* dst = m.q.data() + int8_layout::packed_offset(m.blocks, g, j, b * kQuantBlock);
+            for (int64_t p = 0; p < kPairs; ++p) {
+              dst[p * kGroup * 2] = src[2 * p];
+              dst[p * kGroup * 2 + 1] = src[2 * p + 1];
+            }
+          }
+        }
+      },
+      threads == 0 ? default_workers() : threads);
+  return m;
+}
+
+Int4Matrix pack_q4_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                        size_t threads) {
+  Int4Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.blocks = (cols + kQuantBlock - 1) / kQuantBlock;
+  m.groups = (rows + kGroup - 1) / kGroup;
+  m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
+  m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
+  const auto* qs = static_cast<const uint8_t*>(q_rows);
+  const auto* ss = static_cast<const uint8_t*>(scale_rows);
+  const int64_t row_bytes = m.blocks * kPairs;
+  parallel_for(
+      static_cast<size_t>(m.groups),
+      [&](size_t gi) {
+        const int64_t g = static_cast<int64_t>(gi);
+        for (int64_t j = 0; j < kGroup && g * kGroup + j < rows; ++j) {
+          const int64_t r = g * kGroup + j;
+          for (int64_t b = 0; b < m.blocks; ++b) {
+            uint16_t sc;
+            std::memcpy(&sc, ss + 2 * (r * m.blocks + b), 2);
+            m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] = sc;
+            // A stored byte is one pair of k: it goes where Int8Matrix keeps that pair.
+            for (int64_t p = 0; p < kPairs; ++p)
+              m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] =
+                  qs[r * row_bytes + b * kPairs + p];
+          }
+        }
+      },
+      threads == 0 ? default_workers() : threads);
+  return m;
+}
+
 Isa best_int8_isa() {
   return model_kernels().int8_isa();
 }
@@ -182,6 +275,46 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
   quantize_activations(x, rows, ldx, w.cols, rows_padded, tiled, a, threads);
   group_chunks::run(w.groups, threads, 1, [&](int64_t g0, int64_t g1) {
     range(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
+  });
+}
+
+void gemm_int4_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w,
+                      float* y, int64_t ldy, size_t threads) {
+  if (!int8_kernel_supported(k))
+    fail(ErrorKind::kUnsupported, "this CPU cannot run the {} int8 kernel", int8_kernel_name(k));
+  if (rows <= 0 || w.rows <= 0) return;
+  if (threads == 0) threads = default_workers();
+  const arch::Int8Range range = kernel_range(k);
+  const bool tiled = k != kPortableInt8Kernel;
+  const int64_t rows_padded =
+      tiled ? (rows + kInt8TileRows - 1) / kInt8TileRows * kInt8TileRows : rows;
+  thread_local QuantRows tl;
+  QuantRows& a = tl;
+  quantize_activations(x, rows, ldx, w.cols, rows_padded, tiled, a, threads);
+  const int64_t group_bytes = w.blocks * kPairs * kGroup;  // q4 bytes of one group
+  const int64_t group_scales = w.blocks * kGroup;
+  group_chunks::run(w.groups, threads, 1, [&](int64_t g0, int64_t g1) {
+    // This chunk's groups as an Int8Matrix of their own: byte i of the packed q4 data becomes
+    // int8 2i (low nibble) and 2i + 1 (high nibble), which is Int8Matrix's order.
+    thread_local Int8Matrix chunk;
+    const int64_t n = g1 - g0;
+    chunk.rows = std::min(w.rows, g1 * kGroup) - g0 * kGroup;
+    chunk.cols = w.cols;
+    chunk.blocks = w.blocks;
+    chunk.groups = n;
+    chunk.q.resize(static_cast<size_t>(n * group_bytes * 2));
+    chunk.scale.resize(static_cast<size_t>(n * group_scales));
+    const uint8_t* src = w.q.data() + g0 * group_bytes;
+    int8_t* dst = chunk.q.data();
+    for (int64_t i = 0; i < n * group_bytes; ++i) {
+      const uint8_t b = src[i];
+      dst[2 * i] = static_cast<int8_t>(static_cast<int8_t>(b << 4) >> 4);
+      dst[2 * i + 1] = static_cast<int8_t>(static_cast<int8_t>(b) >> 4);
+    }
+    const uint16_t* ss = w.scale.data() + g0 * group_scales;
+    for (int64_t i = 0; i < n * group_scales; ++i)
+      chunk.scale[static_cast<size_t>(i)] = f16_to_f32(ss[i]);
+    range(a.q.data(), a.kp, a.s.data(), rows, chunk, y + g0 * kGroup, ldy, 0, n);
   });
 }
 

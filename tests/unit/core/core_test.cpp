@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "kev/core/bf16.h"
 #include "kev/core/error.h"
@@ -55,6 +59,78 @@ TEST(Bf16, RoundsToNearestEvenLikeDoubleOracle) {
     }
     ASSERT_EQ(f32_to_bf16(f), bf16_by_double(f)) << "bits " << std::hex << u;
   }
+}
+
+// F16 from its fields by the IEEE 754 binary16 definition, in double (exact).
+double f16_value(uint16_t h) {
+  const int sign = (h >> 15) ? -1 : 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  if (exp == 0) return sign * std::ldexp(man, -24);
+  if (exp == 31) return man ? std::nan("") : sign * INFINITY;
+  return sign * std::ldexp(1024 + man, exp - 25);
+}
+
+TEST(F16, WidensEveryValueExactly) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const double want = f16_value(static_cast<uint16_t>(h));
+    const float got = f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << h;
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(got), want) << h;
+    ASSERT_EQ(std::signbit(got), (h >> 15) != 0) << h;
+  }
+}
+
+// The nearest F16 to f by search over every finite F16 value in double, ties to the even
+// pattern; beyond the largest finite value, infinity from the midpoint 65520 up (IEEE 754).
+uint16_t f16_by_search(float f) {
+  static const std::vector<std::pair<double, uint16_t>> values = [] {
+    std::vector<std::pair<double, uint16_t>> v;
+    for (uint32_t h = 0; h < 0x7c00; ++h) v.push_back({f16_value(static_cast<uint16_t>(h)), h});
+    return v;
+  }();
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7c00;
+  auto it = std::lower_bound(values.begin(), values.end(), std::make_pair(a, uint16_t{0}));
+  if (it == values.end()) return sign | 0x7bff;
+  if (it->first == a || it == values.begin()) return sign | it->second;
+  const auto below = *(it - 1), above = *it;
+  const double dlo = a - below.first, dhi = above.first - a;
+  if (dlo < dhi) return sign | below.second;
+  if (dhi < dlo) return sign | above.second;
+  return sign | ((below.second & 1) ? above.second : below.second);
+}
+
+TEST(F16, RoundsToNearestEvenLikeSearchOracle) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> bits;
+  std::uniform_int_distribution<uint32_t> exps(98, 145);  // around the F16 range, subnormals too
+  for (int i = 0; i < 300000; ++i) {
+    uint32_t u = bits(rng);
+    if (i % 2 == 0) u = (u & 0x807fffffu) | (exps(rng) << 23);
+    if (i % 8 == 0) u = (u & 0xffffe000u) | 0x1000u;  // normal-range ties
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) {
+      ASSERT_EQ(f32_to_f16(f), 0x7e00);
+      continue;
+    }
+    ASSERT_EQ(f32_to_f16(f), f16_by_search(f)) << "bits " << std::hex << u;
+  }
+  // Every F16 value and every midpoint between neighbours (the ties of the subnormal range too).
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const float f = static_cast<float>(f16_value(static_cast<uint16_t>(h)));
+    ASSERT_EQ(f32_to_f16(f), h);
+    ASSERT_EQ(f32_to_f16(-f), h | 0x8000u);
+    const float mid = static_cast<float>(
+        (f16_value(static_cast<uint16_t>(h)) + f16_value(static_cast<uint16_t>(h + 1))) / 2);
+    ASSERT_EQ(f32_to_f16(mid), f16_by_search(mid)) << h;
+  }
+  EXPECT_EQ(f32_to_f16(INFINITY), 0x7c00);
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);
 }
 
 TEST(Threads, ParallelForVisitsEachIndexOnceAndRethrows) {

@@ -11,6 +11,7 @@
 #include "gemm_problem.h"
 #include "kev/core/bf16.h"
 #include "kev/cpu/gemm_int8.h"
+#include "kev/cpu/precision_kernels.h"
 
 namespace kev {
 namespace {
@@ -122,6 +123,145 @@ TEST(GemmInt8, TileEdgesBitwiseOnEveryIsa) {
           << isa_name(isa) << " m=" << m << " k=" << k << " n=" << n;
     }
   }
+}
+
+// ---- Quantized bundles' stored forms (gemm_int8.h): q8 rows, q4 rows and their kernels ----
+
+// The rows of a Bf16 matrix as FP32.
+std::vector<float> row_of(const Problem& p, int64_t r) {
+  std::vector<float> v(static_cast<size_t>(p.k));
+  for (int64_t t = 0; t < p.k; ++t) v[static_cast<size_t>(t)] = bf16_to_f32(p.w[r * p.k + t]);
+  return v;
+}
+
+TEST(StoredWeights, Q8RowsPackToTheLoadTimeQuantization) {
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{83, 37}, {256, 16}, {31, 1}}) {
+    Problem p = gemm_test::make_normal(1, k, n, 3);
+    const int64_t blocks = (k + 31) / 32;
+    std::vector<int8_t> q(static_cast<size_t>(n * blocks * 32));
+    std::vector<float> s(static_cast<size_t>(n * blocks));
+    for (int64_t r = 0; r < n; ++r)
+      quantize_row_int8(row_of(p, r).data(), k, q.data() + r * blocks * 32, s.data() + r * blocks);
+    const Int8Matrix stored = pack_q8_rows(q.data(), s.data(), n, k, 2);
+    const Int8Matrix loaded = quantize_int8(p.mat(), 2);
+    EXPECT_EQ(stored.q, loaded.q) << k << "x" << n;
+    EXPECT_EQ(stored.scale, loaded.scale) << k << "x" << n;
+  }
+}
+
+// The q4 rule against its definition: each value's nearest step of s (the F16 scale), clamped.
+TEST(StoredWeights, Q4RowRule) {
+  std::vector<float> v(40, 0.0f);
+  v[0] = 7.0f;   // amax: s = 1
+  v[1] = -2.5f;  // tie: -2
+  v[2] = 3.5f;   // tie: 4
+  v[3] = -7.0f;
+  v[34] = 1e-3f;  // second block: s = f16(1e-3 / 7)
+  std::vector<uint8_t> q(32, 0xee);
+  uint16_t s[2];
+  ASSERT_TRUE(quantize_row_q4(v.data(), 40, q.data(), s));
+  EXPECT_EQ(s[0], f32_to_f16(1.0f));
+  EXPECT_EQ(q[0], 0xe7);  // k 0: 7 (low nibble), k 1: -2 (high)
+  EXPECT_EQ(q[1], 0x94);  // k 2: 4, k 3: -7
+  EXPECT_EQ(s[1], f32_to_f16(1e-3f / 7.0f));
+  const float step = f16_to_f32(s[1]);
+  EXPECT_EQ(q[16 + 1], static_cast<uint8_t>(static_cast<int>(std::nearbyint(1e-3f / step)) & 0xf));
+  for (int i = 16; i < 32; ++i)
+    if (i != 17) {
+      EXPECT_EQ(q[i], 0) << i;  // the rest of block 1, padding included
+    }
+  std::vector<float> zero(32, 0.0f);
+  ASSERT_TRUE(quantize_row_q4(zero.data(), 32, q.data(), s));
+  EXPECT_EQ(s[0], 0);
+  std::vector<float> huge(32, 1e6f);
+  EXPECT_FALSE(quantize_row_q4(huge.data(), 32, q.data(), s));  // 1e6 / 7 overflows F16
+  // Random rows: every value within half a step of q * s, or clamped at the ends.
+  Problem p = gemm_test::make_normal(1, 200, 9, 4);
+  for (int64_t r = 0; r < 9; ++r) {
+    const std::vector<float> row = row_of(p, r);
+    std::vector<uint8_t> qr(7 * 16);
+    std::vector<uint16_t> sr(7);
+    ASSERT_TRUE(quantize_row_q4(row.data(), 200, qr.data(), sr.data()));
+    for (int64_t t = 0; t < 200; ++t) {
+      const uint8_t b = qr[static_cast<size_t>(t / 2)];
+      const int nib = t % 2 == 0 ? (b & 0xf) : (b >> 4);
+      const int val = nib >= 8 ? nib - 16 : nib;
+      const double sc = f16_to_f32(sr[static_cast<size_t>(t / 32)]);
+      ASSERT_GE(val, -7);
+      const double err = std::fabs(row[static_cast<size_t>(t)] - val * sc);
+      if (std::abs(val) < 7) {
+        ASSERT_LE(err, sc / 2 * (1 + 1e-6)) << r << " " << t;
+      }
+    }
+  }
+}
+
+// Stored q4 rows for the problem's weights, and the same values as q8 rows (each nibble widened,
+// each F16 scale as FP32): the int8 tiles must see the same numbers either way.
+struct Q4Case {
+  Int4Matrix q4;
+  Int8Matrix as_q8;
+};
+Q4Case q4_case(const Problem& p) {
+  const int64_t blocks = (p.k + 31) / 32;
+  std::vector<uint8_t> q(static_cast<size_t>(p.n * blocks * 16));
+  std::vector<uint16_t> s(static_cast<size_t>(p.n * blocks));
+  std::vector<int8_t> q8(static_cast<size_t>(p.n * blocks * 32));
+  std::vector<float> s8(s.size());
+  for (int64_t r = 0; r < p.n; ++r) {
+    EXPECT_TRUE(quantize_row_q4(row_of(p, r).data(), p.k, q.data() + r * blocks * 16,
+                                s.data() + r * blocks));
+    for (int64_t t = 0; t < blocks * 32; ++t) {
+      const uint8_t b = q[static_cast<size_t>(r * blocks * 16 + t / 2)];
+      const int nib = t % 2 == 0 ? (b & 0xf) : (b >> 4);
+      q8[static_cast<size_t>(r * blocks * 32 + t)] = static_cast<int8_t>(nib >= 8 ? nib - 16 : nib);
+    }
+    for (int64_t b = 0; b < blocks; ++b)
+      s8[static_cast<size_t>(r * blocks + b)] = f16_to_f32(s[static_cast<size_t>(r * blocks + b)]);
+  }
+  return {pack_q4_rows(q.data(), s.data(), p.n, p.k, 2),
+          pack_q8_rows(q8.data(), s8.data(), p.n, p.k, 2)};
+}
+
+TEST(StoredWeights, Q4KernelsEqualTheInt8KernelsOnTheWidenedValues) {
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                         {5, 33, 15},
+                         {7, 95, 33},
+                         {13, 256, 70},
+                         {23, 700, 53}}) {
+    Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
+    const Q4Case c = q4_case(p);
+    std::vector<float> ref(static_cast<size_t>(m * n));
+    gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, c.as_q8, ref.data(), n, 1);
+    for (Int8Kernel kern : int8_kernels()) {
+      if (!int8_kernel_supported(kern)) continue;
+      for (size_t threads : {1, 2, 3}) {
+        std::vector<float> y(static_cast<size_t>(m * n), NAN);
+        gemm_int4_kernel(kern, p.x.data(), m, k, c.q4, y.data(), n, threads);
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+            << int8_kernel_name(kern) << " threads=" << threads << " " << m << "x" << k << "x" << n;
+      }
+    }
+  }
+}
+
+TEST(StoredWeights, Q4CloseToUnquantizedProduct) {
+  Problem p = gemm_test::make_normal(9, 1024, 70, 21);
+  const Q4Case c = q4_case(p);
+  std::vector<float> y(static_cast<size_t>(p.m * p.n));
+  gemm_int4_kernel(best_int8_kernel(), p.x.data(), p.m, p.k, c.q4, y.data(), p.n, 2);
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      double ref = 0;
+      for (int64_t t = 0; t < p.k; ++t)
+        ref += double(p.x[i * p.k + t]) * bf16_to_f32(p.w[j * p.k + t]);
+      err2 += (y[i * p.n + j] - ref) * (y[i * p.n + j] - ref);
+      ref2 += ref * ref;
+    }
+  // 15 levels over each block's range: relative RMS error about 0.1 on normal weights.
+  EXPECT_LT(std::sqrt(err2 / ref2), 0.15);
+  EXPECT_GT(std::sqrt(err2 / ref2), 0.01);  // and it is 4-bit: not the 8-bit error
 }
 
 }  // namespace

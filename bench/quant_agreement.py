@@ -1,0 +1,138 @@
+"""Decision agreement of quantized bundles (`kev quantize`) with the exact bundle.
+
+Usage:
+  /usr/bin/python3 bench/quant_agreement.py KEV WORK [--shape 0.8b --layers 24 --temperature 2.35]
+      [--questions 2000] [--variant NAME=--q8,SPEC,--q4,SPEC ...] [--json OUT]
+
+Synthesizes (once, under WORK) a checkpoint of the shape's dimensions, pins and exports it, makes
+the q8 and q4 bundles with `kev quantize` (and one per --variant: kev quantize's arguments
+as shell words, for selection studies), scores the same >= --questions generated questions
+(tests/oracle/precision_parity.py) with the exact bundle in fp32 and with every quantized bundle
+(and the exact bundle in int8, today's load-time mode) through `kev score`, and prints per bundle:
+decision agreement (argmax equal), max and mean |dp| over every option probability, and the
+flips by the exact answer's top-2 margin. Probabilities are kept in WORK/probs.json, so a rerun
+only scores what is missing.
+"""
+import argparse
+import json
+import shlex
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "oracle"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "pylib"))
+import kevtest  # noqa: E402
+import precision_parity as pp  # noqa: E402
+
+MARGIN_EDGES = (0.005, 0.01, 0.02, 0.05, 0.1)
+
+
+def ensure_bundle(a, work):
+    bundle = os.path.join(work, "bundle")
+    if not os.path.exists(bundle):
+        os.makedirs(work, exist_ok=True)
+        extra = ["--shape", a.shape, "--layers", str(a.layers), "--temperature", str(a.temperature),
+                 "--seed", str(a.synth_seed)]
+        model = "kev-0.8b" if a.shape == "0.8b" and a.layers == 24 else "kev-4b"
+        pin = ("--model", model)
+        if model == "kev-0.8b":  # its released revisions are not pinned: name synthetic ones
+            pin += ("--base-revision", "0" * 40, "--checkpoint-revision", "0" * 40)
+        kevtest.synth_bundle(work, *extra, pin_args=pin)
+    return bundle
+
+
+def quantized(kev, bundle, work, name, args):
+    out = os.path.join(work, name)
+    if not os.path.exists(out):
+        t0 = time.time()
+        subprocess.run([kev, "quantize", "--bundle", bundle, "--out", out, "--quiet", *args], check=True,
+                       stdout=subprocess.DEVNULL)
+        print(f"{name}: quantized in {time.time() - t0:.1f} s", flush=True)
+    return out
+
+
+def agreement(probs, ref):
+    c = pp.compare(probs, ref)
+    n = c["questions"]
+    dp = c["dp"]
+    buckets, lo = {}, 0.0
+    for hi in MARGIN_EDGES + (float("inf"),):
+        label = f"[{lo}, {hi})" if hi != float("inf") else f">= {lo}"
+        buckets[label] = {"questions": sum(1 for m in c["margins"] if lo <= m < hi),
+                          "flips": sum(1 for m in c["flips"] if lo <= m < hi)}
+        lo = hi
+    return {"questions": n, "agreement": 1 - len(c["flips"]) / n, "flips": len(c["flips"]),
+            "dp_max": max(dp), "dp_mean": sum(dp) / n, "dp_p99": pp._pct(dp, 0.99),
+            "flip_margin_max": max(c["flips"]) if c["flips"] else None,
+            "flips_by_margin": buckets}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kev")
+    ap.add_argument("work")
+    ap.add_argument("--shape", default="0.8b")
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--temperature", type=float, default=2.35)
+    ap.add_argument("--questions", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=7, help="seed of the generated questions")
+    ap.add_argument("--synth-seed", type=int, default=5)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=ARGS: another bundle made by kev quantize ARGS (shell words)")
+    ap.add_argument("--no-int8", action="store_true", help="skip the exact bundle in int8 mode")
+    ap.add_argument("--json", help="also write the result here")
+    a = ap.parse_args()
+    kev = os.path.abspath(a.kev)
+    kevtest.KEV_BIN = kev
+    work = os.path.abspath(a.work)
+    bundle = ensure_bundle(a, work)
+    runs = {"fp32": (bundle, "fp32")}
+    if not a.no_int8:
+        runs["int8 (load-time)"] = (bundle, "int8")
+    runs["q8"] = (quantized(kev, bundle, work, "q8", ["--format", "q8"]), "int8")
+    runs["q4"] = (quantized(kev, bundle, work, "q4", ["--format", "q4"]), "int8")
+    for v in a.variant:
+        name, _, args = v.partition("=")
+        runs[name] = (quantized(kev, bundle, work, "variant-" + name, shlex.split(args)), "int8")
+    reqs = pp.requests(a.questions, seed=a.seed)
+    store = os.path.join(work, "probs.json")
+    saved = json.load(open(store)) if os.path.exists(store) else {}
+    key = f"{a.questions}/{a.seed}"
+    saved = saved if saved.get("key") == key else {"key": key, "probs": {}, "seconds": {}}
+    for name, (b, precision) in runs.items():
+        if name in saved["probs"]:
+            continue
+        t0 = time.time()
+        saved["probs"][name] = pp.score(b, reqs, precision)
+        saved["seconds"][name] = time.time() - t0
+        print(f"{name}: {len(saved['probs'][name])} questions in {saved['seconds'][name]:.0f} s", flush=True)
+        with open(store + ".tmp", "w") as f:
+            json.dump(saved, f)
+        os.replace(store + ".tmp", store)
+    ref = saved["probs"]["fp32"]
+    cpu = subprocess.run([kev, "cpu"], capture_output=True, text=True).stdout.strip().splitlines()
+    sizes = {}
+    for name, (b, _) in runs.items():
+        sizes[name] = sum(os.path.getsize(os.path.join(b, f)) for f in os.listdir(b) if "safetensors" in f and f != "head.safetensors")
+    result = {"shape": a.shape, "layers": a.layers, "temperature": a.temperature, "questions": len(ref),
+              "kev_cpu": cpu[:3], "bundles": {}}
+    for name in runs:
+        if name == "fp32":
+            continue
+        r = agreement(saved["probs"][name], ref)
+        r["weight_bytes"] = sizes[name]
+        r["score_s"] = round(saved["seconds"].get(name, 0), 1)
+        result["bundles"][name] = r
+    result["exact_weight_bytes"] = sizes["fp32"]
+    text = json.dumps(result, indent=1)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

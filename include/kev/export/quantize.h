@@ -1,0 +1,46 @@
+// `kev quantize`: a bundle whose big projections are stored at 8 or about 4.5 bits per weight,
+// made from a BF16 bundle (docs/bundle-format.md "Quantized bundles").
+//
+// Contract: run_quantize verifies the source bundle (every output re-hashed, verify_bundle)
+// before it parses anything, refuses a source that is itself quantized or that this kev does
+// not run, and publishes `out` atomically (core/file.h StagingDir: nothing partial is ever left,
+// an existing `out` is refused). The shards keep their names and tensor order; a projection the
+// plan (model/quant_plan.h) reduces is replaced, in place, by its row parts; every other tensor,
+// the head, config and tokenizer files are copied byte for byte. Quantization is integer and
+// IEEE-exact code (gemm_int8.h's rules) with no CPU-dependent step, so the bytes, and the
+// manifest's digests, are the same on every CPU and architecture. It streams: one tensor at a
+// time, the source pages released after use, so memory stays flat whatever the model's size.
+// Errors: kBadInput (a bad spec, an existing out, a weight whose F16 scale would overflow,
+// naming the tensor), kIntegrity (the source does not match its manifest), kUnsupported, kIo.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kev {
+
+struct QuantizeOptions {
+  std::string bundle, out_dir;
+  std::string format = "q4";          // "q8" or "q4": the defaults of q8 / q4 below
+  std::optional<std::string> q8, q4;  // quant_plan.h specs replacing the format's defaults
+  size_t threads = 0;
+};
+
+// The default specs of a format for a model of `layers` layers (docs/bundle-format.md says how
+// they were chosen).
+struct QuantDefaults {
+  std::string q8, q4;
+};
+QuantDefaults quantize_defaults(const std::string& format, int64_t layers);
+
+struct QuantizeSummary {
+  std::string out_dir, q8, q4;
+  uint64_t projections = 0, parts = 0, input_bytes = 0, output_bytes = 0;
+  double seconds = 0;
+};
+
+QuantizeSummary run_quantize(const QuantizeOptions& o);
+
+inline constexpr const char* kQuantRule = "kev-quant-b32/1";
+
+}  // namespace kev

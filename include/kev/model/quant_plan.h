@@ -1,0 +1,49 @@
+// Which rows of which big projection are reduced to 8 or 4 bits, for the int8 precision mode
+// (reduced at load time) and for quantized bundles (`kev quantize`, reduced on disk). One
+// selection language for both: a spec is a comma list of `class[@first-last]` (layers 0-based,
+// inclusive; default every layer), the classes attn_q, attn_k, attn_v, attn_o, gdn_q, gdn_k,
+// gdn_v (the query, key and value rows of a GDN in_proj_qkv), gdn_z, gdn_out, mlp_gate, mlp_up,
+// mlp_down; `all` stands for every class, `gdn_qkv` for its three row classes, `none` (or "")
+// for nothing.
+//
+// Contract: quantization_plan lists every big projection of the config (the tensors
+// projection_names gives, in layer order) with its rows cut into parts of one kind each, in row
+// order, covering [0, rows) exactly; rows no spec selects are kExact. A row class selected by
+// both specs, an unknown class or a layer outside the model is refused (Error kBadInput, naming
+// `what`, the flag or variable the spec came from). Pure functions of their arguments.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kev/model/config.h"
+
+namespace kev {
+
+enum class WeightKind { kExact, kQ8, kQ4 };
+const char* weight_kind_name(WeightKind k);  // "bf16", "q8", "q4"
+
+struct RowPart {
+  int64_t row0 = 0, row1 = 0;
+  WeightKind kind = WeightKind::kExact;
+};
+
+struct ProjectionPlan {
+  std::string name;  // the tensor name without prefix, e.g. "layers.3.mlp.up_proj.weight"
+  int64_t layer = 0, rows = 0, cols = 0;
+  std::vector<RowPart> parts;
+  bool reduced() const { return parts.size() != 1 || parts[0].kind != WeightKind::kExact; }
+};
+
+struct QuantSpecs {
+  std::string q8, q4;                              // the rows stored (or run) at 8 and at 4 bits
+  std::string q8_what = "--q8", q4_what = "--q4";  // what errors call them
+};
+
+std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantSpecs& specs);
+
+// The int8 mode's default selection (docs/notes/int8-study.md): every projection from the
+// second quarter of the layers on (rounded up), except the GDN query and key rows.
+std::string int8_default_spec(int64_t layers);
+
+}  // namespace kev

@@ -1,0 +1,70 @@
+// kev quantize --bundle DIR --out DIR [--format q4|q8] [--q8 SPEC] [--q4 SPEC]
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/options.h"
+#include "kev/core/threads.h"
+#include "kev/export/quantize.h"
+
+namespace {
+
+struct QuantizeFlags {
+  kev::QuantizeOptions q;
+  std::string q8, q4;
+  bool json = false;
+};
+
+int run_quantize_command(QuantizeFlags& o) {
+  if (!o.q8.empty()) o.q.q8 = o.q8;
+  if (!o.q4.empty()) o.q.q4 = o.q4;
+  const kev::QuantizeSummary s = kev::run_quantize(o.q);
+  if (o.json) {
+    nlohmann::json j = {{"out", s.out_dir},
+                        {"q8", s.q8},
+                        {"q4", s.q4},
+                        {"projections", s.projections},
+                        {"parts", s.parts},
+                        {"input_bytes", s.input_bytes},
+                        {"output_bytes", s.output_bytes},
+                        {"seconds", s.seconds}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf(
+        "quantized %s to %s: %llu projections in %llu parts, %.3f GB -> %.3f GB in %.1f s\n"
+        "  q8: %s\n  q4: %s\n",
+        o.q.bundle.c_str(), s.out_dir.c_str(), static_cast<unsigned long long>(s.projections),
+        static_cast<unsigned long long>(s.parts), double(s.input_bytes) / 1e9,
+        double(s.output_bytes) / 1e9, s.seconds, s.q8.empty() ? "none" : s.q8.c_str(),
+        s.q4.empty() ? "none" : s.q4.c_str());
+  }
+  return 0;
+}
+
+const bool quantize_registered = kev::cli::register_command(
+    "quantize", "store a BF16 bundle's projections at 8 or 4 bits (a new, verified bundle)",
+    [](CLI::App& app) {
+      auto o = std::make_shared<QuantizeFlags>();
+      app.add_option("--bundle", o->q.bundle, "BF16 bundle to quantize")
+          ->check(kev::cli::path())
+          ->required();
+      app.add_option("--out", o->q.out_dir, "new bundle directory (must not exist)")
+          ->check(kev::cli::path())
+          ->required();
+      app.add_option("--format", o->q.format,
+                     "q4 (about 4.5 bits per weight, 8 bits where sensitive) or q8")
+          ->check(kev::cli::one_of({"q4", "q8"}))
+          ->default_str("q4");
+      app.add_option("--q8", o->q8,
+                     "projection rows stored at 8 bits, as class[@first-last],... or none "
+                     "(default: the format's)");
+      app.add_option("--q4", o->q4, "projection rows stored at 4 bits (same syntax)");
+      app.add_option("--threads", o->q.threads, "worker threads (default: all cores)")
+          ->check(kev::cli::whole(1, kev::kMaxThreads));
+      app.add_flag("--json", o->json, "print the summary as JSON");
+      return [o] { return run_quantize_command(*o); };
+    });
+
+}  // namespace

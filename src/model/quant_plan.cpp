@@ -1,0 +1,142 @@
+#include "kev/model/quant_plan.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "kev/core/error.h"
+
+namespace kev {
+namespace {
+
+enum Class {
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnO,
+  kGdnQ,
+  kGdnK,
+  kGdnV,
+  kGdnZ,
+  kGdnOut,
+  kMlpGate,
+  kMlpUp,
+  kMlpDown,
+  kClasses
+};
+constexpr const char* kClassNames[kClasses] = {"attn_q",  "attn_k",   "attn_v", "attn_o",
+                                               "gdn_q",   "gdn_k",    "gdn_v",  "gdn_z",
+                                               "gdn_out", "mlp_gate", "mlp_up", "mlp_down"};
+
+// Per class, the layers a spec selects.
+struct Selection {
+  std::vector<bool> layers[kClasses];
+  bool has(int64_t layer, int c) const {
+    const auto& l = layers[c];
+    return static_cast<size_t>(layer) < l.size() && l[static_cast<size_t>(layer)];
+  }
+};
+
+Selection parse_spec(const std::string& spec, int64_t layers, const std::string& what) {
+  Selection s;
+  for (auto& l : s.layers) l.assign(static_cast<size_t>(layers), false);
+  for (size_t begin = 0; begin <= spec.size();) {
+    size_t end = spec.find(',', begin);
+    if (end == std::string::npos) end = spec.size();
+    const std::string entry = spec.substr(begin, end - begin);
+    begin = end + 1;
+    if (entry.empty() || entry == "none") continue;
+    const size_t at = entry.find('@');
+    const std::string name = entry.substr(0, at);
+    long long first = 0, last = layers - 1;
+    if (at != std::string::npos) {
+      char tail = 0;
+      if (std::sscanf(entry.c_str() + at + 1, "%lld-%lld%c", &first, &last, &tail) != 2 ||
+          first < 0 || last < first || last >= layers)
+        fail(ErrorKind::kBadInput, "{} entry '{}': expected class@first-last within layers 0-{}",
+             what, entry, layers - 1);
+    }
+    bool found = false;
+    for (int c = 0; c < kClasses; ++c) {
+      const bool qkv = c >= kGdnQ && c <= kGdnV && name == "gdn_qkv";
+      if (name != "all" && !qkv && name != kClassNames[c]) continue;
+      found = true;
+      for (long long l = first; l <= last; ++l) s.layers[c][static_cast<size_t>(l)] = true;
+    }
+    if (!found) fail(ErrorKind::kBadInput, "{}: unknown projection class '{}'", what, name);
+  }
+  return s;
+}
+
+}  // namespace
+
+const char* weight_kind_name(WeightKind k) {
+  switch (k) {
+    case WeightKind::kQ8:
+      return "q8";
+    case WeightKind::kQ4:
+      return "q4";
+    default:
+      return "bf16";
+  }
+}
+
+std::string int8_default_spec(int64_t layers) {
+  const int64_t first = (layers + 3) / 4;
+  if (first >= layers) return "none";
+  std::string spec;
+  for (int c = 0; c < kClasses; ++c) {
+    if (c == kGdnQ || c == kGdnK) continue;
+    spec += fmt::format("{}{}@{}-{}", spec.empty() ? "" : ",", kClassNames[c], first, layers - 1);
+  }
+  return spec;
+}
+
+std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantSpecs& specs) {
+  const Selection q8 = parse_spec(specs.q8, c.layers, specs.q8_what);
+  const Selection q4 = parse_spec(specs.q4, c.layers, specs.q4_what);
+  std::vector<ProjectionPlan> plans;
+  // parts: (class, rows) in row order; consecutive rows of one kind form one part.
+  auto add = [&](int64_t layer, std::string name, int64_t cols,
+                 std::initializer_list<std::pair<int, int64_t>> parts) {
+    ProjectionPlan p;
+    p.name = fmt::format("layers.{}.{}", layer, name);
+    p.layer = layer;
+    p.cols = cols;
+    for (auto [cls, n] : parts) {
+      if (q8.has(layer, cls) && q4.has(layer, cls))
+        fail(ErrorKind::kBadInput, "{} and {} both select {} of layer {}", specs.q8_what,
+             specs.q4_what, kClassNames[cls], layer);
+      const WeightKind kind = q8.has(layer, cls)   ? WeightKind::kQ8
+                              : q4.has(layer, cls) ? WeightKind::kQ4
+                                                   : WeightKind::kExact;
+      if (!p.parts.empty() && p.parts.back().kind == kind)
+        p.parts.back().row1 += n;
+      else
+        p.parts.push_back({p.rows, p.rows + n, kind});
+      p.rows += n;
+    }
+    plans.push_back(std::move(p));
+  };
+  const int64_t h = c.hidden, hd = c.head_dim, qk = c.linear_key_heads * c.linear_key_dim;
+  const int64_t vt = c.lin_v_total();
+  for (int64_t l = 0; l < c.layers; ++l) {
+    if (c.full_attention[static_cast<size_t>(l)]) {
+      add(l, "self_attn.q_proj.weight", h, {{kAttnQ, c.heads * hd * 2}});
+      add(l, "self_attn.k_proj.weight", h, {{kAttnK, c.kv_heads * hd}});
+      add(l, "self_attn.v_proj.weight", h, {{kAttnV, c.kv_heads * hd}});
+      add(l, "self_attn.o_proj.weight", c.heads * hd, {{kAttnO, h}});
+    } else {
+      add(l, "linear_attn.in_proj_qkv.weight", h, {{kGdnQ, qk}, {kGdnK, qk}, {kGdnV, vt}});
+      add(l, "linear_attn.in_proj_z.weight", h, {{kGdnZ, vt}});
+      add(l, "linear_attn.out_proj.weight", vt, {{kGdnOut, h}});
+    }
+    add(l, "mlp.gate_proj.weight", h, {{kMlpGate, c.intermediate}});
+    add(l, "mlp.up_proj.weight", h, {{kMlpUp, c.intermediate}});
+    add(l, "mlp.down_proj.weight", c.intermediate, {{kMlpDown, h}});
+  }
+  return plans;
+}
+
+}  // namespace kev

@@ -1,0 +1,712 @@
+"""Quantized bundles (`kev quantize`), through the real binary, against an independent oracle.
+
+The oracle is written here in numpy from the format's published description (it never asks kev):
+which projections of a model are "big" (from config.json's layer_types and GDN widths), how a
+spec (`class[@first-last],...`, `all`, `gdn_qkv`, `none`) selects class/layer pairs, the default
+specs of `--format q4` / `--format q8` (F = ceil(layers / 4)), how a projection's rows are cut
+into parts of one kind each (`W@r0-r1.bf16|q8|q4`, a q8/q4 part followed by its `.scale`), and
+the q8 / q4 rules per row and 32-value block in float32 arithmetic (nearbyint = round half to
+even, the F16 scale of q4 rounded to nearest even, two nibbles per byte, low nibble first).
+Safetensors files are parsed by a small reader here (u64 LE header length, JSON header, raw
+data) so that I8 / U8 / F16 are compared as raw bytes.
+
+Proved here:
+- every tensor of a `--format q4`, a `--format q8` and custom-spec bundles is byte-for-byte the
+  oracle's (names, kinds, row ranges, dtypes, shapes, data, order within the shard); every other
+  tensor and file is the source's; the index's weight_map names the shards' tensors; the
+  manifest's `quantized` record and `outputs` digests; `kev verify` passes. The synthetic model
+  has hidden 80 and intermediate 100, so the last 32-value block of a row is zero-padded;
+- the bytes do not depend on the kernel level (KEV_ISA) or on --threads;
+- scoring: a q8 bundle answers exactly as its source in `--precision int8`; a q4 bundle gives
+  the same answers at every supported KEV_ISA level and at --threads 1 and 2; any other
+  precision is refused (exit 5, naming --precision int8);
+- refusals that leave nothing behind (no OUT, no `.<name>.kev-staging.*`): an existing OUT, a
+  source that fails verification, an already quantized source, overlapping specs, an unknown
+  class, a layer outside the model;
+- damaged quantized bundles (a scale removed, a part of the wrong shape or scale dtype, rows
+  missing between parts) are refused at load with a message naming the projection.
+"""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+import kevtest  # noqa: E402
+from kevtest import run_kev, synth_bundle  # noqa: E402
+
+HIDDEN, INTERMEDIATE = 80, 100  # not multiples of 32: the last block of each row is padded
+CLASSES = ["attn_q", "attn_k", "attn_v", "attn_o", "gdn_q", "gdn_k", "gdn_v", "gdn_z", "gdn_out",
+           "mlp_gate", "mlp_up", "mlp_down"]
+ALIASES = {"all": CLASSES, "gdn_qkv": ["gdn_q", "gdn_k", "gdn_v"]}
+RULE = "kev-quant-b32/1"
+MANIFEST = "kev_export.json"
+INDEX = "model.safetensors.index.json"
+SCORE_LINES = 6
+# KEV_GEMM_ISA (the family's own cap) wins over KEV_ISA: cleared wherever a level is forced.
+NO_CAP = {"KEV_ISA": "", "KEV_GEMM_ISA": "", "KEV_AVX512_EMULATE": ""}
+
+
+# ---- safetensors, raw ----
+
+def read_st(path):
+    """{"meta": __metadata__ or None, "order": names in header order, "by_offset": names in
+    data order, "t": {name: (dtype, shape, raw bytes)}}; asserts the data region is exactly
+    covered by the tensors, back to back."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    meta = header.pop("__metadata__", None)
+    tensors, spans = {}, []
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        tensors[name] = (info["dtype"], list(info["shape"]), data[b:e])
+        spans.append((b, e, name))
+    spans.sort()
+    pos = 0
+    for b, e, name in spans:
+        assert b == pos, (path, name, "data not back to back")
+        pos = e
+    assert pos == len(data), (path, "bytes after the last tensor")
+    return {"meta": meta, "order": list(header), "by_offset": [s[2] for s in spans], "t": tensors}
+
+
+def write_st(path, entries, meta=None):
+    """entries: [(name, dtype, shape, raw bytes)] in order."""
+    header, offset = {}, 0
+    if meta is not None:
+        header["__metadata__"] = meta
+    for name, dtype, shape, raw in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for _, _, _, raw in entries:
+            f.write(raw)
+
+
+def sha256_file(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# ---- the oracle: plan ----
+
+def text_config(bundle):
+    with open(os.path.join(bundle, "config.json")) as f:
+        cfg = json.load(f)
+    return cfg.get("text_config", cfg)
+
+
+def parse_spec(spec, layers):
+    """A spec -> {(class, layer)}; raises ValueError where the format refuses it."""
+    out = set()
+    spec = spec.strip()
+    if spec in ("", "none"):
+        return out
+    for entry in spec.split(","):
+        entry = entry.strip()
+        cls, _, rng = entry.partition("@")
+        if cls not in CLASSES and cls not in ALIASES:
+            raise ValueError(f"unknown class {cls!r}")
+        first, last = 0, layers - 1
+        if rng:
+            a, b = rng.split("-")
+            first, last = int(a), int(b)
+            if not 0 <= first <= last < layers:
+                raise ValueError(f"layers {rng} outside 0-{layers - 1}")
+        for c in ALIASES.get(cls, [cls]):
+            for layer in range(first, last + 1):
+                out.add((c, layer))
+    return out
+
+
+def default_sets(fmt, layers):
+    """(q8 set, q4 set) of a format's defaults for a model of `layers` layers."""
+    first = -(-layers // 4)
+    late = {(c, l) for c in CLASSES if c not in ("gdn_q", "gdn_k") for l in range(first, layers)}
+    if fmt == "q8":
+        return late, set()
+    early = {(c, l) for c in CLASSES for l in range(first)}
+    qk = {(c, l) for c in ("gdn_q", "gdn_k") for l in range(first, layers)}
+    return early | qk, late
+
+
+def projection_classes(cfg):
+    """{name without prefix: (layer, [(class, row0, row1 or None)])}; row1 None: to the end."""
+    out = {}
+    nk, dk = cfg["linear_num_key_heads"], cfg["linear_key_head_dim"]
+    nv, dv = cfg["linear_num_value_heads"], cfg["linear_value_head_dim"]
+    for layer, kind in enumerate(cfg["layer_types"]):
+        p = f"layers.{layer}."
+        if kind == "full_attention":
+            for c in "qkvo":
+                out[f"{p}self_attn.{c}_proj.weight"] = (layer, [(f"attn_{c}", 0, None)])
+        else:
+            assert kind == "linear_attention", kind
+            q = nk * dk
+            out[f"{p}linear_attn.in_proj_qkv.weight"] = (
+                layer, [("gdn_q", 0, q), ("gdn_k", q, 2 * q), ("gdn_v", 2 * q, 2 * q + nv * dv)])
+            out[f"{p}linear_attn.in_proj_z.weight"] = (layer, [("gdn_z", 0, None)])
+            out[f"{p}linear_attn.out_proj.weight"] = (layer, [("gdn_out", 0, None)])
+        for c in ("gate", "up", "down"):
+            out[f"{p}mlp.{c}_proj.weight"] = (layer, [(f"mlp_{c}", 0, None)])
+    assert len(cfg["layer_types"]) == cfg["num_hidden_layers"]
+    return out
+
+
+def row_parts(layer, classes, rows, q8, q4):
+    """[(row0, row1, kind)]: consecutive rows of one kind merged, in row order."""
+    parts = []
+    for cls, r0, r1 in classes:
+        r1 = rows if r1 is None else r1
+        kind = "q8" if (cls, layer) in q8 else "q4" if (cls, layer) in q4 else "bf16"
+        assert not ((cls, layer) in q8 and (cls, layer) in q4)
+        if parts and parts[-1][2] == kind:
+            parts[-1] = (parts[-1][0], r1, kind)
+        else:
+            parts.append((r0, r1, kind))
+    assert parts[-1][1] == rows, (classes, rows)
+    return parts
+
+
+# ---- the oracle: numbers ----
+
+F32 = np.float32
+
+
+def bf16_rows(raw, rows, cols):
+    u16 = np.frombuffer(raw, dtype="<u2").reshape(rows, cols)
+    return (u16.astype(np.uint32) << 16).view(np.float32)
+
+
+def blocks(x):
+    n, c = x.shape
+    nb = -(-c // 32)
+    padded = np.zeros((n, nb * 32), dtype=F32)
+    padded[:, :c] = x
+    return padded.reshape(n, nb, 32), nb
+
+
+def q8_oracle(x):
+    """-> (I8 bytes [n, B*32], F32 scale bytes [n, B])"""
+    blk, nb = blocks(x)
+    amax = np.abs(blk).max(axis=2)
+    ok = amax >= F32(1e-30)  # false for NaN too
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inv = (F32(127) / np.where(ok, amax, F32(1))).astype(F32)
+        q = np.rint((blk * inv[:, :, None]).astype(F32))
+        scale = (amax / F32(127)).astype(F32)
+    q = np.clip(q, -127, 127)
+    q[~ok] = 0
+    scale = np.where(ok, scale, F32(0)).astype(F32)
+    assert q.dtype == F32 and inv.dtype == F32
+    return q.astype(np.int8).reshape(x.shape[0], nb * 32).tobytes(), scale.astype("<f4").tobytes()
+
+
+def q4_oracle(x):
+    """-> (U8 bytes [n, B*16], F16 scale bytes [n, B])"""
+    blk, nb = blocks(x)
+    amax = np.abs(blk).max(axis=2)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s16 = (amax / F32(7)).astype(F32).astype(np.float16)
+        s = s16.astype(F32)
+        ok = (amax >= F32(1e-30)) & (s != 0)
+        q = np.rint((blk / np.where(ok, s, F32(1))[:, :, None]).astype(F32))
+    assert np.all(np.isfinite(s[ok])), "an F16 scale overflowed: not in this test's data"
+    q = np.clip(q, -7, 7)
+    q[~ok] = 0
+    s16 = np.where(ok, s16, np.float16(0)).astype(np.float16)
+    nib = (q.astype(np.int8).view(np.uint8) & 0x0F).reshape(x.shape[0], nb, 16, 2)
+    packed = (nib[..., 0] | (nib[..., 1] << 4)).astype(np.uint8)
+    return packed.reshape(x.shape[0], nb * 16).tobytes(), s16.view("<u2").tobytes()
+
+
+def expected_parts(full_name, raw, rows, cols, parts):
+    """The oracle's replacement tensors for one reduced projection: [(name, dtype, shape, raw)]."""
+    x = bf16_rows(raw, rows, cols)
+    nb = -(-cols // 32)
+    out = []
+    for r0, r1, kind in parts:
+        n = r1 - r0
+        name = f"{full_name}@{r0}-{r1}.{kind}"
+        if kind == "bf16":
+            out.append((name, "BF16", [n, cols], raw[r0 * cols * 2:r1 * cols * 2]))
+        elif kind == "q8":
+            data, scale = q8_oracle(x[r0:r1])
+            out += [(name, "I8", [n, nb * 32], data), (name + ".scale", "F32", [n, nb], scale)]
+        else:
+            data, scale = q4_oracle(x[r0:r1])
+            out += [(name, "U8", [n, nb * 16], data), (name + ".scale", "F16", [n, nb], scale)]
+    return out
+
+
+# ---- the model the tests share ----
+
+class Source:
+    def __init__(self, bundle):
+        self.bundle = bundle
+        self.cfg = text_config(bundle)
+        self.layers = self.cfg["num_hidden_layers"]
+        with open(os.path.join(bundle, INDEX)) as f:
+            self.index = json.load(f)
+        names = [n for n in self.index["weight_map"] if n.endswith("embed_tokens.weight")]
+        assert len(names) == 1, names
+        self.prefix = names[0][:-len("embed_tokens.weight")]
+        self.shards = sorted(set(self.index["weight_map"].values()))
+        self.st = {s: read_st(os.path.join(bundle, s)) for s in self.shards}
+        self.classes = projection_classes(self.cfg)
+        with open(os.path.join(bundle, MANIFEST), "rb") as f:
+            self.manifest_bytes = f.read()
+        self.manifest = json.loads(self.manifest_bytes)
+
+    def tensor(self, rel):
+        name = self.prefix + rel
+        return self.st[self.index["weight_map"][name]]["t"][name]
+
+    def plan(self, q8, q4):
+        """{name without prefix: [(row0, row1, kind)]} for every big projection."""
+        out = {}
+        for rel, (layer, classes) in self.classes.items():
+            dtype, shape, _ = self.tensor(rel)
+            assert dtype == "BF16" and len(shape) == 2, (rel, dtype, shape)
+            if classes[-1][2] is not None:
+                assert shape[0] == classes[-1][2], (rel, shape, "in_proj_qkv rows != q + k + v")
+            out[rel] = row_parts(layer, classes, shape[0], q8, q4)
+        return out
+
+    def expected_shard(self, shard, plan):
+        src = self.st[shard]
+        assert src["order"] == src["by_offset"]
+        entries = []
+        for name in src["order"]:
+            dtype, shape, raw = src["t"][name]
+            rel = name[len(self.prefix):] if name.startswith(self.prefix) else None
+            parts = plan.get(rel)
+            if parts is None or parts == [(0, shape[0], "bf16")]:
+                entries.append((name, dtype, shape, raw))
+            else:
+                entries += expected_parts(name, raw, shape[0], shape[1], parts)
+        return entries
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    _, bundle = synth_bundle(tmp_path_factory.mktemp("quant_src"), "--seed", 21, "--hidden", HIDDEN,
+                             "--intermediate", INTERMEDIATE)
+    return Source(bundle)
+
+
+@pytest.fixture(scope="module")
+def quantized(source, tmp_path_factory):
+    """quantized(key, *args) -> a bundle made once per key by `kev quantize ... *args`."""
+    root = tmp_path_factory.mktemp("quant_out")
+    made = {}
+
+    def get(key, *args):
+        if key not in made:
+            out = str(root / key)
+            run_kev("quantize", "--bundle", source.bundle, "--out", out, "--quiet", *args)
+            made[key] = out
+        return made[key]
+    return get
+
+
+def q4_bundle(quantized):
+    return quantized("q4")
+
+
+def q8_bundle(quantized):
+    return quantized("q8", "--format", "q8")
+
+
+def levels():
+    report = json.loads(run_kev("cpu", env=NO_CAP).stdout)
+    return [k for k in ("portable", "avx2", "avx512", "neon") if report["supported"].get(k)]
+
+
+def level_env(level):
+    env = dict(NO_CAP, KEV_ISA=level)
+    kernels = json.loads(run_kev("cpu", env=env).stdout)["kernels"]
+    assert kernels["gemm_int8"] == level, kernels
+    return env
+
+
+# ---- 1. the bytes ----
+
+def check_bundle(source, out, q8, q4, spec_q8=None, spec_q4=None):
+    """Asserts every file of `out` is what the oracle derives for the selection (q8, q4)."""
+    assert sorted(os.listdir(out)) == sorted(os.listdir(source.bundle))
+    plan = source.plan(q8, q4)
+    reduced = {rel for rel, parts in plan.items() if parts != [(0, parts[-1][1], "bf16")]}
+
+    with open(os.path.join(out, INDEX)) as f:
+        index = json.load(f)
+    weight_map, total = {}, 0
+    for shard in source.shards:
+        got = read_st(os.path.join(out, shard))
+        assert got["meta"] == source.st[shard]["meta"], shard
+        want = source.expected_shard(shard, plan)
+        assert got["order"] == [e[0] for e in want], shard
+        assert got["by_offset"] == got["order"], shard
+        for name, dtype, shape, raw in want:
+            g = got["t"][name]
+            assert (g[0], g[1]) == (dtype, shape), (name, g[:2], (dtype, shape))
+            if g[2] != raw:
+                a = np.frombuffer(g[2], dtype=np.uint8)
+                b = np.frombuffer(raw, dtype=np.uint8)
+                bad = np.flatnonzero(a != b)
+                raise AssertionError(f"{name}: {bad.size} of {b.size} bytes differ from the oracle, "
+                                     f"first at byte {bad[0]} (kev {a[bad[0]]}, oracle {b[bad[0]]})")
+            weight_map[name] = shard
+            total += len(raw)
+    assert index["weight_map"] == weight_map
+    if "total_size" in source.index.get("metadata", {}):
+        assert index["metadata"]["total_size"] == total
+    # every reduced projection has its parts; every other tensor kept its single name
+    for rel, parts in plan.items():
+        name = source.prefix + rel
+        if rel in reduced:
+            assert name not in weight_map
+            assert all(f"{name}@{r0}-{r1}.{k}" in weight_map for r0, r1, k in parts)
+        else:
+            assert name in weight_map
+    for f in os.listdir(source.bundle):
+        if f not in source.shards and f not in (INDEX, MANIFEST):
+            assert sha256_file(os.path.join(out, f)) == sha256_file(os.path.join(source.bundle, f)), f
+
+    with open(os.path.join(out, MANIFEST)) as f:
+        manifest = json.load(f)
+    quant = manifest["quantized"]
+    assert quant["rule"] == RULE
+    assert parse_spec(quant["q8"], source.layers) == q8, quant["q8"]
+    assert parse_spec(quant["q4"], source.layers) == q4, quant["q4"]
+    assert quant["source"] == {"manifest_sha256": hashlib.sha256(source.manifest_bytes).hexdigest(),
+                               "outputs": source.manifest["outputs"]}
+    files = sorted(f for f in os.listdir(out) if f != MANIFEST)
+    assert manifest["outputs"] == {f: sha256_file(os.path.join(out, f)) for f in files}
+
+    proc = run_kev("verify", out, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return plan, reduced
+
+
+@pytest.mark.parametrize("fmt", ["q4", "q8"])
+def test_default_formats_match_the_oracle(source, quantized, fmt):
+    out = q4_bundle(quantized) if fmt == "q4" else q8_bundle(quantized)
+    q8, q4 = default_sets(fmt, source.layers)
+    plan, reduced = check_bundle(source, out, q8, q4)
+    kinds = {k for rel in reduced for _, _, k in plan[rel]}
+    assert kinds == ({"q8", "q4"} if fmt == "q4" else {"q8", "bf16"}), kinds
+    # the spot checks a reader can follow: layer 0 (GDN) and the last full-attention layer
+    last = source.layers - 1
+    assert source.cfg["layer_types"][last] == "full_attention"
+    qkv0 = source.tensor("layers.0.linear_attn.in_proj_qkv.weight")[1][0]
+    if fmt == "q4":
+        assert plan["layers.0.linear_attn.in_proj_qkv.weight"] == [(0, qkv0, "q8")]
+        assert plan[f"layers.{last}.self_attn.o_proj.weight"][0][2] == "q4"
+    else:
+        assert "layers.0.mlp.up_proj.weight" not in reduced
+        assert plan[f"layers.{last}.mlp.down_proj.weight"][0][2] == "q8"
+
+
+CUSTOM = {
+    # the brief's example: GDN in_proj_qkv becomes a bf16 part (q, k) and a q4 part (v)
+    "custom_a": ("mlp_down@3-5", "gdn_v,attn_o@0-7"),
+    # three kinds in one in_proj_qkv (layer 1: q4 q, q8 k, bf16 v), aliases, single layers
+    "custom_b": ("gdn_k@0-2,gdn_qkv@30-31,mlp_gate@31-31", "gdn_q@1-4,mlp_up"),
+    "custom_c": ("none", "all"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(CUSTOM))
+def test_custom_specs_match_the_oracle(source, quantized, key):
+    spec8, spec4 = CUSTOM[key]
+    out = quantized(key, "--q8", spec8, "--q4", spec4)
+    q8, q4 = parse_spec(spec8, source.layers), parse_spec(spec4, source.layers)
+    plan, _ = check_bundle(source, out, q8, q4)
+    q = source.cfg["linear_num_key_heads"] * source.cfg["linear_key_head_dim"]
+    rows = source.tensor("layers.0.linear_attn.in_proj_qkv.weight")[1][0]
+    if key == "custom_a":
+        assert plan["layers.0.linear_attn.in_proj_qkv.weight"] == [(0, 2 * q, "bf16"), (2 * q, rows, "q4")]
+        with open(os.path.join(out, INDEX)) as f:
+            names = [n for n in json.load(f)["weight_map"] if "layers.0.linear_attn.in_proj_qkv" in n]
+        assert sorted(n[len(source.prefix):] for n in names) == sorted([
+            f"layers.0.linear_attn.in_proj_qkv.weight@0-{2 * q}.bf16",
+            f"layers.0.linear_attn.in_proj_qkv.weight@{2 * q}-{rows}.q4",
+            f"layers.0.linear_attn.in_proj_qkv.weight@{2 * q}-{rows}.q4.scale"])
+    elif key == "custom_b":
+        assert plan["layers.1.linear_attn.in_proj_qkv.weight"] == [(0, q, "q4"), (q, 2 * q, "q8"),
+                                                                   (2 * q, rows, "bf16")]
+        assert plan["layers.0.linear_attn.in_proj_qkv.weight"] == [(0, q, "bf16"), (q, 2 * q, "q8"),
+                                                                   (2 * q, rows, "bf16")]
+
+
+def test_oracle_rules_on_edge_values():
+    """The oracle itself, on values whose answer is known by hand (ties, zero blocks, clamps)."""
+    row = np.zeros((1, 40), dtype=F32)
+    row[0, :4] = [127.0, 0.5, -0.5, 1.5]  # amax 127: inv 1, ties to even: 0, -0, 2
+    row[0, 32:34] = [0.0, 0.0]  # the second block is all zero (and padded)
+    data, scale = q8_oracle(row)
+    q = np.frombuffer(data, dtype=np.int8)
+    assert list(q[:4]) == [127, 0, 0, 2] and not q[4:].any()
+    assert list(np.frombuffer(scale, dtype="<f4")) == [1.0, 0.0]
+    row = np.zeros((1, 32), dtype=F32)
+    row[0, :4] = [7.0, -3.5, 2.5, -7.0]  # s = 1: ties to even: 7, -4, 2, -7
+    data, scale = q4_oracle(row)
+    assert list(np.frombuffer(data, dtype=np.uint8)[:2]) == [0xC7, 0x92] and len(data) == 16
+    assert np.frombuffer(scale, dtype="<f2")[0] == 1.0
+
+
+# ---- 2. the same bytes everywhere ----
+
+def test_bytes_do_not_depend_on_kernel_level_or_threads(source, quantized, tmp_path):
+    with open(os.path.join(q4_bundle(quantized), MANIFEST)) as f:
+        want = json.load(f)["outputs"]
+    variants = [("portable", dict(NO_CAP, KEV_ISA="portable"), ()), ("threads1", None, ("--threads", "1")),
+                ("threads3", None, ("--threads", "3"))]
+    for name, env, extra in variants:
+        out = str(tmp_path / name)
+        run_kev("quantize", "--bundle", source.bundle, "--out", out, "--quiet", *extra, env=env)
+        with open(os.path.join(out, MANIFEST)) as f:
+            assert json.load(f)["outputs"] == want, name
+
+
+# ---- 3. scoring ----
+
+@pytest.fixture(scope="module")
+def decisions():
+    with open(os.path.join(kevtest.SOURCE_DIR, "examples", "typed-decisions.jsonl")) as f:
+        lines = [l for l in f.read().splitlines() if l.strip()]
+    return "\n".join(lines[:SCORE_LINES]) + "\n"
+
+
+def score(bundle, text, *extra, env=None):
+    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--decimals", "-1", "--precision", "int8",
+                   *extra, input=text, env=env)
+    answers = [json.loads(l) for l in proc.stdout.splitlines()]
+    assert len(answers) == SCORE_LINES
+    for a in answers:
+        assert "answers" in a, a
+        a.pop("latency_ms")
+    return answers
+
+
+def test_q8_bundle_answers_as_its_source_in_int8(source, quantized, decisions):
+    q8 = q8_bundle(quantized)
+    for level in levels():
+        env = level_env(level)
+        assert score(q8, decisions, env=env) == score(source.bundle, decisions, env=env), level
+
+
+def test_q4_bundle_answers_are_the_same_on_every_level_and_thread_count(quantized, decisions):
+    q4 = q4_bundle(quantized)
+    want = score(q4, decisions, "--threads", "1", env=level_env("portable"))
+    for level in levels():
+        for threads in ("1", "2"):
+            assert score(q4, decisions, "--threads", threads, env=level_env(level)) == want, (level, threads)
+
+
+@pytest.mark.parametrize("precision", [None, "fp32", "bf16"])
+def test_quantized_bundle_refuses_other_precisions(quantized, decisions, precision):
+    extra = () if precision is None else ("--precision", precision)
+    for bundle in (q4_bundle(quantized), q8_bundle(quantized)):
+        proc = run_kev("score", "--bundle", bundle, "--jsonl", *extra, input=decisions, check=False)
+        assert proc.returncode == 5, (precision, proc.returncode, proc.stderr)
+        assert "--precision int8" in proc.stderr, proc.stderr
+        assert proc.stdout == ""
+
+
+# ---- 4. refusals that leave nothing behind ----
+
+def refuse(parent, bundle, *args, env=None):
+    """Runs kev quantize into parent/out; returns the process."""
+    out = os.path.join(parent, "out")
+    return run_kev("quantize", "--bundle", bundle, "--out", out, "--quiet", *args, check=False, env=env)
+
+
+def assert_nothing_left(parent, allowed=()):
+    assert sorted(os.listdir(parent)) == sorted(allowed), os.listdir(parent)
+    assert not glob.glob(os.path.join(parent, ".*kev-staging*")), os.listdir(parent)
+
+
+def test_existing_out_is_refused(source, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    proc = refuse(str(tmp_path), source.bundle)
+    assert proc.returncode == 2, proc.stderr
+    assert "exists" in proc.stderr, proc.stderr
+    assert_nothing_left(str(tmp_path), ["out"])
+    assert os.listdir(out) == ["mine.txt"] and (out / "mine.txt").read_text() == "keep"
+
+
+def test_damaged_source_is_refused_as_verify_refuses_it(source, tmp_path):
+    damaged = str(tmp_path / "damaged")
+    shutil.copytree(source.bundle, damaged)
+    shard = os.path.join(damaged, source.shards[-1])
+    with open(shard, "r+b") as f:
+        size = f.seek(0, 2)
+        f.seek(size - 1001)
+        b = f.read(1)
+        f.seek(size - 1001)
+        f.write(bytes([b[0] ^ 0x10]))
+    verify = run_kev("verify", damaged, check=False)
+    assert verify.returncode not in (0, 1) and verify.returncode < 128, verify.stderr
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    proc = refuse(str(parent), damaged)
+    assert proc.returncode == verify.returncode, (proc.returncode, verify.returncode, proc.stderr)
+    assert source.shards[-1] in proc.stderr, proc.stderr
+    assert_nothing_left(str(parent))
+
+
+def test_quantized_source_is_refused(quantized, tmp_path):
+    proc = refuse(str(tmp_path), q4_bundle(quantized))
+    assert proc.returncode not in (0, 1) and proc.returncode < 128, proc.stderr
+    assert "quantized" in proc.stderr, proc.stderr
+    assert_nothing_left(str(tmp_path))
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("--q8", "mlp_up@3-5", "--q4", "mlp_up@5-6"), ("--q8", "--q4", "mlp_up")),
+    (("--q8", "all@0-0", "--q4", "gdn_qkv@0-0"), ("--q8", "--q4")),
+    (("--format", "q8", "--q8", "gdn_v", "--q4", "gdn_qkv@30-30"), ("--q8", "--q4", "gdn_v")),
+    (("--q8", "mlp_sideways", "--q4", "none"), ("--q8", "mlp_sideways")),
+    (("--q8", "none", "--q4", "attn_q,mlp_sideways@1-2"), ("--q4", "mlp_sideways")),
+    (("--q8", "mlp_up@3-32", "--q4", "none"), ("--q8", "mlp_up@3-32")),
+    (("--q8", "none", "--q4", "attn_o@40-41"), ("--q4", "attn_o@40-41")),
+], ids=["overlap", "overlap-aliases", "overlap-q8-format", "unknown-q8", "unknown-q4", "range-q8",
+        "range-q4"])
+def test_bad_specs_are_refused(source, tmp_path, args, needles):
+    # the oracle agrees: the specs are refused, or they select rows of one layer twice
+    spec8, spec4 = args[args.index("--q8") + 1], args[args.index("--q4") + 1]
+    try:
+        a, b = parse_spec(spec8, source.layers), parse_spec(spec4, source.layers)
+        present = {(c, layer) for layer, classes in source.classes.values() for c, _, _ in classes}
+        assert a & b & present
+    except ValueError:
+        pass
+    proc = refuse(str(tmp_path), source.bundle, *args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    for n in needles:
+        assert n in proc.stderr, (n, proc.stderr)
+    assert_nothing_left(str(tmp_path))
+
+
+# ---- 5. damaged quantized bundles ----
+
+def rewrite(bundle, dest, edit):
+    """Copies `bundle` to dest and rewrites the shard holding tensor `edit.target`: its tensors
+    become edit(entries) (entries: [(name, dtype, shape, raw)] in order), and the index's
+    weight_map lists that shard's new names."""
+    shutil.copytree(bundle, dest)
+    with open(os.path.join(dest, INDEX)) as f:
+        index = json.load(f)
+    shard = index["weight_map"][edit.target]
+    st = read_st(os.path.join(dest, shard))
+    entries = [(n, *st["t"][n]) for n in st["order"]]
+    entries = edit(entries)
+    write_st(os.path.join(dest, shard), entries, st["meta"])
+    wm = {n: s for n, s in index["weight_map"].items() if s != shard}
+    wm.update({e[0]: shard for e in entries})
+    index["weight_map"] = dict(sorted(wm.items()))
+    with open(os.path.join(dest, INDEX), "w") as f:
+        json.dump(index, f)
+
+
+def edits(source):
+    """{case: (projection name, edit)} on the q4 bundle's tensors."""
+    p = source.prefix
+    q = source.cfg["linear_num_key_heads"] * source.cfg["linear_key_head_dim"]
+    qkv = p + "layers.8.linear_attn.in_proj_qkv.weight"  # q8 rows [0, 2q), q4 rows [2q, end)
+    up = p + "layers.10.mlp.up_proj.weight"
+    up_rows = source.tensor("layers.10.mlp.up_proj.weight")[1][0]
+    up_q4 = f"{up}@0-{up_rows}.q4"
+
+    def keep(entries):
+        return entries
+    keep.target = up_q4
+
+    def drop_scale(entries):
+        return [e for e in entries if e[0] != up_q4 + ".scale"]
+    drop_scale.target = up_q4
+
+    def short_part(entries):  # the q4 part one row short of its name
+        out = []
+        for n, d, s, raw in entries:
+            if n == up_q4:
+                s, raw = [s[0] - 1, s[1]], raw[:(s[0] - 1) * s[1]]
+            out.append((n, d, s, raw))
+        return out
+    short_part.target = up_q4
+
+    def f32_scale(entries):  # the q4 scale stored as F32 instead of F16
+        out = []
+        for n, d, s, raw in entries:
+            if n == up_q4 + ".scale":
+                d, raw = "F32", np.frombuffer(raw, dtype="<f2").astype("<f4").tobytes()
+            out.append((n, d, s, raw))
+        return out
+    f32_scale.target = up_q4
+
+    first = f"{qkv}@0-{2 * q}.q8"
+
+    def gap(entries):  # the q8 part (and its scale) one row shorter and renamed: row 2q-1 missing
+        out = []
+        for n, d, s, raw in entries:
+            if n in (first, first + ".scale"):
+                row = len(raw) // s[0]
+                n = n.replace(f"@0-{2 * q}.", f"@0-{2 * q - 1}.")
+                s, raw = [s[0] - 1, s[1]], raw[:(s[0] - 1) * row]
+            out.append((n, d, s, raw))
+        return out
+    gap.target = first
+
+    def missing_part(entries):  # the q8 part and its scale gone: rows [0, 2q) missing
+        return [e for e in entries if e[0] not in (first, first + ".scale")]
+    missing_part.target = first
+
+    return {"intact-rewrite": (up, keep), "scale-removed": (up, drop_scale), "part-wrong-shape": (up, short_part),
+            "scale-wrong-dtype": (up, f32_scale), "rows-gap": (qkv, gap), "part-missing": (qkv, missing_part)}
+
+
+CASES = ["intact-rewrite", "scale-removed", "part-wrong-shape", "scale-wrong-dtype", "rows-gap", "part-missing"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_damaged_quantized_bundle_is_refused_at_load(source, quantized, decisions, tmp_path, case):
+    q4 = q4_bundle(quantized)
+    plan = source.plan(*default_sets("q4", source.layers))
+    assert plan["layers.8.linear_attn.in_proj_qkv.weight"][0][2] == "q8"
+    assert plan["layers.10.mlp.up_proj.weight"] == [(0, plan["layers.10.mlp.up_proj.weight"][0][1], "q4")]
+    projection, edit = edits(source)[case]
+    dest = str(tmp_path / "damaged")
+    rewrite(q4, dest, edit)
+    one = decisions.splitlines()[0] + "\n"
+    proc = run_kev("score", "--bundle", dest, "--jsonl", "--decimals", "-1", "--precision", "int8",
+                   input=one, check=False)
+    if case == "intact-rewrite":  # the rewriting itself is faithful: kev runs it as before
+        assert proc.returncode == 0, proc.stderr
+        got = [json.loads(l) for l in proc.stdout.splitlines()]
+        got[0].pop("latency_ms")
+        want = run_kev("score", "--bundle", q4, "--jsonl", "--decimals", "-1", "--precision", "int8", input=one)
+        w = json.loads(want.stdout)
+        w.pop("latency_ms")
+        assert got == [w]
+        return
+    print(f"{case}: exit {proc.returncode}: {proc.stderr.strip()}")
+    assert proc.returncode not in (0, 1) and proc.returncode < 128, (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
+    rel = projection[len(source.prefix):]
+    assert rel in proc.stderr, proc.stderr
