@@ -12,6 +12,10 @@ as shell words, for selection studies), scores the same >= --questions generated
 decision agreement (argmax equal), max and mean |dp| over every option probability, and the
 flips by the exact answer's top-2 margin. Probabilities are kept in WORK/probs.json, so a rerun
 only scores what is missing.
+
+With --speed N (N tokens), it also times per bundle a `kev forward` of N tokens minus a 1-token run
+(bench/precision_bench.py's measure: load and quantization cancel; peak RSS of the N-token run),
+alternating bundles, best of --rounds; --speed-only skips the agreement.
 """
 import argparse
 import json
@@ -26,6 +30,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "oracle"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "pylib"))
 import kevtest  # noqa: E402
 import precision_parity as pp  # noqa: E402
+from precision_bench import timed_forward  # noqa: E402
 
 MARGIN_EDGES = (0.005, 0.01, 0.02, 0.05, 0.1)
 
@@ -70,6 +75,29 @@ def agreement(probs, ref):
             "flips_by_margin": buckets}
 
 
+def speed(kev, runs, a):
+    import tempfile
+    ids = [(i * 7919) % 100000 + 10 for i in range(a.speed)]
+    best = {}
+    with tempfile.TemporaryDirectory(prefix="quant-speed-") as tmp:
+        for _ in range(a.rounds):
+            for name, (b, precision) in runs.items():
+                w1, c1, _ = timed_forward(kev, b, ids[:1], precision, a.threads, tmp)
+                wn, cn, rss = timed_forward(kev, b, ids, precision, a.threads, tmp)
+                r = best.setdefault(name, {"prefill_s": 1e9, "prefill_cpu_s": 1e9, "rss_mib": 0})
+                r["prefill_s"] = min(r["prefill_s"], wn - w1)
+                r["prefill_cpu_s"] = min(r["prefill_cpu_s"], cn - c1)
+                r["rss_mib"] = max(r["rss_mib"], rss // 1024)
+                print(f"{name}: wall {wn - w1:.2f} s cpu {cn - c1:.2f} s rss {rss // 1024} MiB", flush=True)
+    for r in best.values():
+        r["tok_s"] = round(a.speed / r["prefill_s"], 1)
+    return {"tokens": a.speed, "threads": a.threads, "kev_cpu": kev_cpu(kev), "bundles": best}
+
+
+def kev_cpu(kev):
+    return json.loads(subprocess.run([kev, "cpu"], capture_output=True, text=True, check=True).stdout)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kev")
@@ -84,6 +112,10 @@ def main():
                     help="NAME=ARGS: another bundle made by kev quantize ARGS (shell words)")
     ap.add_argument("--no-int8", action="store_true", help="skip the exact bundle in int8 mode")
     ap.add_argument("--json", help="also write the result here")
+    ap.add_argument("--speed", type=int, default=0, help="also time a prefill of this many tokens")
+    ap.add_argument("--speed-only", action="store_true")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     kev = os.path.abspath(a.kev)
     kevtest.KEV_BIN = kev
@@ -97,6 +129,14 @@ def main():
     for v in a.variant:
         name, _, args = v.partition("=")
         runs[name] = (quantized(kev, bundle, work, "variant-" + name, shlex.split(args)), "int8")
+    if a.speed:
+        speeds = speed(kev, runs, a)
+        if a.speed_only:
+            print(json.dumps(speeds, indent=1))
+            if a.json:
+                with open(a.json, "w") as f:
+                    f.write(json.dumps(speeds, indent=1) + "\n")
+            return
     reqs = pp.requests(a.questions, seed=a.seed)
     store = os.path.join(work, "probs.json")
     saved = json.load(open(store)) if os.path.exists(store) else {}
@@ -113,12 +153,11 @@ def main():
             json.dump(saved, f)
         os.replace(store + ".tmp", store)
     ref = saved["probs"]["fp32"]
-    cpu = subprocess.run([kev, "cpu"], capture_output=True, text=True).stdout.strip().splitlines()
     sizes = {}
     for name, (b, _) in runs.items():
         sizes[name] = sum(os.path.getsize(os.path.join(b, f)) for f in os.listdir(b) if "safetensors" in f and f != "head.safetensors")
     result = {"shape": a.shape, "layers": a.layers, "temperature": a.temperature, "questions": len(ref),
-              "kev_cpu": cpu[:3], "bundles": {}}
+              "kev_cpu": kev_cpu(kev), "bundles": {}}
     for name in runs:
         if name == "fp32":
             continue

@@ -61,6 +61,29 @@ int run_compare(const CompareOptions& o) {
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
   const double max_dp = percentile(dp, 100);
+  // Decision agreement (argmax equal) and the flips by A's top-two margin, in bands.
+  const double agreement = r.questions.empty() ? 1.0
+                                               : 1.0 - static_cast<double>(flips) /
+                                                           static_cast<double>(r.questions.size());
+  static constexpr double kBandEdges[] = {0.005, 0.01, 0.02, 0.05, 0.1};
+  struct Band {
+    double lo, hi;
+    size_t questions = 0, flips = 0;
+  };
+  std::vector<Band> bands;
+  double lo = 0;
+  for (double hi : kBandEdges) {
+    bands.push_back({lo, hi});
+    lo = hi;
+  }
+  bands.push_back({lo, 2.0});  // margins are at most 1
+  for (const QuestionDrift& d : r.questions)
+    for (Band& b : bands)
+      if (d.margin >= b.lo && d.margin < b.hi) {
+        ++b.questions;
+        b.flips += d.flip ? 1 : 0;
+        break;
+      }
 
   std::vector<Gate> gates;
   if (o.max_drift)
@@ -88,6 +111,14 @@ int run_compare(const CompareOptions& o) {
               percentile(dp, 50), percentile(dp, 90), percentile(dp, 99), max_dp, mean(dp));
   std::printf("argmax flips: %zu (largest reference margin among them: %.6g)\n", flips,
               worst_flip_margin);
+  std::printf("decision agreement: %.4f (argmax equal on %zu of %zu)\n", agreement,
+              r.questions.size() - flips, r.questions.size());
+  std::printf("flips by reference margin:");
+  for (const Band& b : bands)
+    if (b.hi > 1)
+      std::printf("  >= %g: %zu of %zu\n", b.lo, b.flips, b.questions);
+    else
+      std::printf("  [%g, %g): %zu of %zu", b.lo, b.hi, b.flips, b.questions);
   if (!conf.empty())
     std::printf("confidence drift: mean %.6g  max %.6g (%zu questions)\n", mean(conf),
                 percentile(conf, 100), conf.size());
@@ -120,6 +151,12 @@ int run_compare(const CompareOptions& o) {
   if (!gates.empty()) std::printf("%s\n", pass ? "PASS" : "FAIL");
 
   if (!o.json.empty()) {
+    OrderedJson band_json = OrderedJson::array();
+    for (const Band& b : bands)
+      band_json.push_back({{"margin_from", b.lo},
+                           {"margin_below", b.hi > 1 ? OrderedJson() : OrderedJson(b.hi)},
+                           {"questions", b.questions},
+                           {"flips", b.flips}});
     OrderedJson qs = OrderedJson::array();
     for (const QuestionDrift& d : r.questions)
       qs.push_back({{"record", d.record},
@@ -153,6 +190,8 @@ int run_compare(const CompareOptions& o) {
             {"mean", mean(dp)}}},
           {"flips", flips},
           {"largest_flip_margin", worst_flip_margin},
+          {"agreement", agreement},
+          {"flips_by_margin", band_json},
           {"confidence_drift_questions", conf.size()},
           {"confidence_drift_mean", conf.empty() ? OrderedJson() : OrderedJson(mean(conf))},
           {"confidence_drift_max",

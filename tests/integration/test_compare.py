@@ -97,7 +97,18 @@ def check_against_oracle(report, a, b):
     dp = np.array([w["max_dp"] for w in want])
     for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100)):
         assert report["summary"]["max_dp"][name] == pytest.approx(float(np.percentile(dp, q)), abs=1e-12)
-    assert report["summary"]["flips"] == sum(w["argmax_a"] != w["argmax_b"] for w in want)
+    flips = [w for w in want if w["argmax_a"] != w["argmax_b"]]
+    assert report["summary"]["flips"] == len(flips)
+    assert report["summary"]["agreement"] == pytest.approx(1 - len(flips) / len(want), abs=1e-12)
+    # Flips by A's margin in the documented bands (acceptance.md).
+    edges = [0.0, 0.005, 0.01, 0.02, 0.05, 0.1, None]
+    bands = report["summary"]["flips_by_margin"]
+    assert [(b["margin_from"], b["margin_below"]) for b in bands] == list(zip(edges[:-1], edges[1:]))
+    for b in bands:
+        inside = [w for w in want if w["margin"] >= b["margin_from"]
+                  and (b["margin_below"] is None or w["margin"] < b["margin_below"])]
+        assert b["questions"] == len(inside)
+        assert b["flips"] == sum(w["argmax_a"] != w["argmax_b"] for w in inside)
 
 
 def test_against_itself_zero_drift(files):
