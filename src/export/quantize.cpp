@@ -29,7 +29,8 @@
 namespace kev {
 namespace {
 
-constexpr int64_t kRowsPerChunk = 256;  // rows quantized (in parallel) per write
+constexpr int64_t kRowsPerChunk = 256;      // rows quantized (in parallel) per write
+constexpr uint64_t kCopyChunk = 16u << 20;  // bytes copied per write
 
 int64_t blocks_of(int64_t cols) {
   return (cols + kQuantBlock - 1) / kQuantBlock;
@@ -141,8 +142,12 @@ std::string write_shard(const SafetensorsFile& src, const std::vector<Planned>& 
     const TensorInfo& t = *p.source;
     const uint8_t* data = src.data(t);
     if (!p.plan) {
-      for (uint64_t off = 0; off < t.nbytes; off += kRowsPerChunk << 16) {
-        out.write(data + off, std::min<uint64_t>(kRowsPerChunk << 16, t.nbytes - off));
+      for (uint64_t off = 0; off < t.nbytes; off += kCopyChunk) {
+        const uint64_t n = std::min<uint64_t>(kCopyChunk, t.nbytes - off);
+        out.write(data + off, n);
+        // Released as it goes: a copied tensor (the embedding: 2.5 GB at Kev-27B) never becomes
+        // resident whole.
+        src.file().release_pages(static_cast<size_t>(data + off - src.file().data()), n);
         check_interrupted();
       }
     } else {
