@@ -24,15 +24,20 @@ Proved here:
   source that fails verification, an already quantized source, overlapping specs, an unknown
   class, a layer outside the model;
 - damaged quantized bundles (a scale removed, a part of the wrong shape or scale dtype, rows
-  missing between parts) are refused at load with a message naming the projection.
+  missing between parts) are refused at load with a message naming the projection;
+- a write failure, SIGINT or SIGTERM mid-quantization, and a selection that reduces nothing,
+  leave nothing behind.
 """
 import glob
 import hashlib
 import json
 import os
 import shutil
+import signal
 import struct
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -710,3 +715,44 @@ def test_damaged_quantized_bundle_is_refused_at_load(source, quantized, decision
     assert proc.stdout == ""
     rel = projection[len(source.prefix):]
     assert rel in proc.stderr, proc.stderr
+
+
+# ---- 6. faults and signals mid-quantization leave nothing behind ----
+
+def test_write_failure_leaves_nothing(source, tmp_path):
+    # The write fault seam of test builds: the first shard fails a little way in.
+    proc = refuse(str(tmp_path), source.bundle, env={"KEV_FAULT_WRITE_AFTER_BYTES": "20000"})
+    assert proc.returncode == 4 and "No space left" in proc.stderr, proc.stderr
+    assert_nothing_left(str(tmp_path))
+
+
+def test_a_selection_that_reduces_nothing_is_refused(source, tmp_path):
+    proc = refuse(str(tmp_path), source.bundle, "--q8", "none", "--q4", "none")
+    assert proc.returncode == 2 and "reduce no projection" in proc.stderr, proc.stderr
+    assert_nothing_left(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def big_bundle(tmp_path_factory):
+    """Wide enough that quantizing takes a noticeable time (signals are sent mid-stream)."""
+    _, bundle = kevtest.synth_bundle(tmp_path_factory.mktemp("quant_big"), "--hidden", "512",
+                                     "--intermediate", "2048")
+    return bundle
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_quantization_leaves_nothing(big_bundle, tmp_path, sig):
+    out = str(tmp_path / "out")
+    proc = subprocess.Popen([kevtest.KEV_BIN, "quantize", "--bundle", big_bundle, "--out", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        staging = glob.glob(os.path.join(str(tmp_path), ".out.kev-staging.*"))
+        if staging and glob.glob(os.path.join(staging[0], "*.safetensors")):
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.002)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err, (proc.returncode, err)
+    assert_nothing_left(str(tmp_path))
