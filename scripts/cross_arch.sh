@@ -5,7 +5,8 @@
 # same synthetic checkpoint (bundle bytes: the LoRA merge), runs `kev forward` on fixed token
 # rows (hidden states: the model GEMMs and vector kernels; fp32 with both GDN forms, int8, bf16)
 # and `kev score` on fixed requests (answers and probabilities: the pointer head, fp32 and int8;
-# with --state-dir, so the saved state files it writes are compared too).
+# with --state-dir, so the saved state files it writes are compared too), and makes a q4 bundle
+# with `kev quantize` and scores it (the quantized bundle's bytes and its answers).
 # Within a binary every level must give the same bytes as its first level, in every output,
 # and across the binaries every output must be byte-identical too: bundles, hidden states and
 # answers with their probabilities (the model's exp, log1p, sin, cos and pow are its own fixed
@@ -97,6 +98,10 @@ run_all() {
         KEV_ISA="$isa" "$kev" score --bundle "$weights" --precision "$p" --decimals -1 \
           --state-dir "$out/states-$p" <"$work/score.json" | drop_latency >"$out/score-$p.json"
       done
+      # A quantized bundle (kev quantize, q4 with its q8 rows) and its answers.
+      KEV_ISA="$isa" "$kev" quantize --quiet --bundle "$weights" --out "$out/bundle-q4" >/dev/null
+      KEV_ISA="$isa" "$kev" score --bundle "$out/bundle-q4" --precision int8 --decimals -1 \
+        <"$work/score.json" | drop_latency >"$out/score-q4.json"
     fi
     for p in fp32 int8; do
       KEV_ISA="$isa" "$kev" forward --quiet --bundle "$weights" --input "$work/forward.json" \
@@ -172,6 +177,7 @@ for side in "${binaries[@]}"; do
       test -s "$work/$ref/tiny/bundle/kev_export.json" && test -s "$work/$ref/tiny/forward-fp32.safetensors"
       grep -q '"next_step"' "$work/$ref/tiny/score-fp32.json"
       compgen -G "$work/$ref/tiny/states-int8/*/*.kvs" >/dev/null
+      grep -q '"q4"' "$work/$ref/tiny/bundle-q4/kev_export.json" && grep -q '"next_step"' "$work/$ref/tiny/score-q4.json"
     elif ! cmp -s "$work/$ref.sums" "$work/$name.sums"; then
       # Within one binary every level gives the same bytes, everything included.
       report "$name" "$ref"
@@ -187,8 +193,8 @@ for side in "${binaries[@]}"; do
   fi
 done
 if [ "$status" = 0 ]; then
-  what="every level of $(basename "$kev_a")" checked="bundles"
-  [ -z "$kev_b" ] || what="every level of both binaries" checked="synth checkpoints, bundles"
-  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, bf16), scores and saved state files" >&2
+  what="every level of $(basename "$kev_a")" checked="bundles, quantized bundles"
+  [ -z "$kev_b" ] || what="every level of both binaries" checked="synth checkpoints, bundles, quantized bundles"
+  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, bf16), scores (q4 bundle included) and saved state files" >&2
 fi
 exit "$status"
