@@ -3,7 +3,7 @@
 ("Peer benchmark: llama.cpp").
 
     /usr/bin/python3 bench/llama_peer.py [--kev build/release/kev] [--dims 0.8b,4b]
-        [--tokens 512,8192] [--precisions fp32,bf16,int8] [--threads 2] [--rounds 3]
+        [--tokens 512,8192] [--precisions fp32,bf16,int8,q8,q4] [--threads 2] [--rounds 3]
         [--work /tmp/kev-peer] [--isa avx2] [--json out.json]
 
 What it does, all at bench time and outside the repository:
@@ -33,7 +33,9 @@ What it does, all at bench time and outside the repository:
      --llama-omp-wait-policy (llama.cpp's default unless told).
    Every run is under /usr/bin/time -v: peak RSS per configuration (max over rounds).
 4. Ratios per precision pairing: kev fp32 vs llama.cpp F32 and BF16; kev bf16 vs BF16 and kev
-   int8 vs Q8_0 when `kev forward --help` offers --precision (PAIRINGS below: extend there).
+   int8 vs Q8_0 when `kev forward --help` offers --precision; kev's quantized bundles (`kev
+   quantize`, q8 and q4, run in int8 mode; asked with --precisions q8,q4) vs Q8_0 and Q4_K_M,
+   both made from the same BF16 weights (PAIRINGS below: extend there).
 
 Needs: cmake, ninja or make, g++, git, npm (registry access for the one `npm pack`), Debian's
 python3-torch, python3-numpy and python3-tqdm (the converter's imports) and GNU time: scripts/setup.sh
@@ -57,7 +59,12 @@ LLAMA_NPM_VERSION = "3.22.1"  # node-llama-cpp; its llama/llama.cpp.info.json sa
 LLAMA_COMMIT = "de3ff815ea7d559ee917f063901b8986f038abc6"  # HEAD of that version's gitRelease.bundle
 # kev precision -> the llama.cpp types it is compared with. kev precisions other than fp32 are
 # used only when `kev forward` has --precision.
-PAIRINGS = {"fp32": ["F32", "BF16"], "bf16": ["BF16"], "int8": ["Q8_0"]}
+PAIRINGS = {"fp32": ["F32", "BF16"], "bf16": ["BF16"], "int8": ["Q8_0"], "q8": ["Q8_0"],
+            "q4": ["Q4_K_M"]}
+# kev's quantized bundles (`kev quantize --format F`), run with --precision int8; the weights
+# llama.cpp gets are its own quantization of the same BF16 weights.
+QUANTIZED = ("q8", "q4")
+TYPE_ORDER = ["F32", "BF16", "Q8_0", "Q4_K_M"]
 MODELS = {"0.8b": "kev-0.8b", "4b": "kev-4b"}
 REVISION = "0" * 40  # recorded for the synthetic checkpoints of members whose recipe has none
 
@@ -128,6 +135,15 @@ def kev_bundle(kev, work, dims):
          "--checkpoint", synth + "/checkpoint", "--out", bundle, "--quiet"])
     shutil.rmtree(os.path.join(synth, "base"))  # the bundle holds every base tensor (merged)
     return bundle
+
+
+def quantized_bundle(kev, bundle, work, dims, fmt):
+    out = os.path.join(work, dims, f"bundle-{fmt}")
+    if not os.path.exists(os.path.join(out, "kev_export.json")):
+        shutil.rmtree(out, ignore_errors=True)
+        run([kev, "quantize", "--bundle", bundle, "--out", out, "--format", fmt, "--quiet"],
+            stdout=subprocess.DEVNULL)
+    return out
 
 
 def ggufs(src, bins, bundle, work, dims, types):
@@ -253,6 +269,8 @@ def main():
     if unknown:
         sys.exit(f"--precisions: unknown {unknown}; one or more of {list(PAIRINGS)}")
     kev_precisions = [p for p in PAIRINGS if p in asked and (p == "fp32" or "--precision" in help_text)]
+    top_help = subprocess.run(kev_cmd + ["--help"], capture_output=True, text=True).stdout
+    kev_precisions = [p for p in kev_precisions if p not in QUANTIZED or "quantize" in top_help]
     wanted = [t for p in kev_precisions for t in PAIRINGS[p]]
     only = a.llama_types.split(",") if a.llama_types else wanted
     if not set(only) <= set(wanted):
@@ -272,9 +290,13 @@ def main():
     plan = {}
     for dims in dims_list:
         types = sorted({t for t in only if t != "F32" or dims in a.f32_at.split(",")},
-                       key=["F32", "BF16", "Q8_0"].index)
+                       key=TYPE_ORDER.index)
         bundle = kev_bundle(kev, a.work, dims)
-        plan[dims] = (bundle, ggufs(src, bins, bundle, a.work, dims, types))
+        bundles = {p: bundle for p in kev_precisions}
+        for p in kev_precisions:
+            if p in QUANTIZED:
+                bundles[p] = quantized_bundle(kev, bundle, a.work, dims, p)
+        plan[dims] = (bundles, ggufs(src, bins, bundle, a.work, dims, types))
     inputs = kev_inputs(a.work, lengths)
 
     samples = {}  # (dims, tokens, engine, precision) -> [tok/s], rss
@@ -295,7 +317,8 @@ def main():
                     mixed.reverse()
                 for engine, prec in mixed:
                     if engine == "kev":
-                        tps, rss = kev_run(kev_cmd, bundle, inputs, n_tokens, a.work, a.threads, prec)
+                        tps, rss = kev_run(kev_cmd, bundle[prec], inputs, n_tokens, a.work, a.threads,
+                                           "int8" if prec in QUANTIZED else prec)
                     else:
                         tps, rss = llama_run(bins, gg[prec], n_tokens, a.threads, a.flash_attn,
                                              a.llama_omp_wait_policy, a.llama_warmup == "on")
