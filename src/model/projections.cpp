@@ -67,13 +67,6 @@ std::vector<ReducedPart> stored_parts(const ModelWeights& w, const Bf16Matrix& m
 
 }  // namespace
 
-size_t Int8Weights::bytes() const {
-  size_t total = 0;
-  for (const auto& [m, parts] : by_matrix)
-    for (const ReducedPart& p : parts) total += p.q8.bytes() + p.q4.bytes();
-  return total;
-}
-
 std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads) {
   auto q = std::make_unique<Int8Weights>();
   const char* env = std::getenv("KEV_INT8_CLASSES");

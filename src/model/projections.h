@@ -34,7 +34,6 @@ struct Int8Weights {
     auto it = by_matrix.find(&m);
     return it == by_matrix.end() ? nullptr : &it->second;
   }
-  size_t bytes() const;  // the reduced parts' own bytes (exact parts stay in the mapping)
 };
 
 // The projections kBf16 runs with BF16 activations, keyed like Int8Weights: the same selection

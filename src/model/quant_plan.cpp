@@ -82,6 +82,11 @@ const char* weight_kind_name(WeightKind k) {
   }
 }
 
+// Every projection of the first quarter of the layers (rounded up) and the GDN query and key
+// rows stay exact: on the synthetic models, one class or one layer at a time, those were the
+// sensitive ones (a layer's error is relative to its own output, large early on against the
+// residual stream and carried through every later layer; GDN queries and keys are L2-normalised
+// per head, which turns a small head's absolute error into a large relative one).
 std::string int8_default_spec(int64_t layers) {
   const int64_t first = (layers + 3) / 4;
   if (first >= layers) return "none";
