@@ -123,8 +123,10 @@ Reply models_reply(const Impl& srv) {
       {"lora", srv.bundle.lora_rank},
       {"device", "cpu"},
       {"backend", "kev-native"},
-      // the arithmetic that runs (--precision / KEV_DTYPE); the weights are BF16 in every mode
+      // the arithmetic that runs (--precision / KEV_DTYPE)
       {"dtype", torch_dtype_name(o.forward.precision)},
+      // how the bundle stores its projections: "bf16", or a kev quantize bundle's kinds
+      {"weights", s.model().weights().quantized() ? s.model().weights().stored_kinds() : "bf16"},
       {"temperature", s.head().temperature()},
       {"bundle_temperature", srv.bundle.temperature},
       {"max_state_tokens", o.limits.max_state},

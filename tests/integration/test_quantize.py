@@ -532,6 +532,26 @@ def test_quantized_bundle_refuses_other_precisions(quantized, decisions, precisi
         assert proc.stdout == ""
 
 
+def test_served_quantized_bundle_says_so_and_answers_as_kev_score(quantized, decisions):
+    """kev serve on a q4 bundle: /v1/models says how the weights are stored, and each answer is
+    kev score's for the same request."""
+    q4 = q4_bundle(quantized)
+    want = score(q4, decisions)
+    server = kevtest.ServeProcess(q4, "--precision", "int8", "--decimals", "-1")
+    try:
+        status, _, models = server.request("GET", "/v1/models")
+        assert status == 200
+        assert {m["weights"] for m in models["models"]} == {"q4+q8"}
+        assert {m["dtype"] for m in models["models"]} == {"int8"}
+        for line, w in zip(decisions.splitlines(), want):
+            status, _, got = server.score(json.loads(line))
+            assert status == 200, got
+            got.pop("latency_ms")
+            assert got == w
+    finally:
+        server.close()
+
+
 # ---- 4. refusals that leave nothing behind ----
 
 def refuse(parent, bundle, *args, env=None):
