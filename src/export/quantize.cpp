@@ -125,7 +125,7 @@ void write_quantized(SafetensorsWriter& out, const uint8_t* bf16, int64_t cols, 
     for (int64_t row : overflow)
       if (row >= 0)
         fail(ErrorKind::kBadInput,
-             "{}: row {} has a block whose q4 scale (amax / 7) overflows F16; store it as q8 or "
+             "{}: row {} has a block whose q4 scale (|max| / 8) overflows F16; store it as q8 or "
              "bf16 (--q8 / --q4)",
              tensor, r.row0 + row);
     out.write(values.data(), static_cast<size_t>((c1 - c0) * row_bytes));

@@ -222,14 +222,16 @@ def q8_oracle(x):
 def q4_oracle(x):
     """-> (U8 bytes [n, B*16], F16 scale bytes [n, B])"""
     blk, nb = blocks(x)
-    amax = np.abs(blk).max(axis=2)
+    mag = np.abs(blk)
+    amax = mag.max(axis=2)
+    m = np.take_along_axis(blk, np.argmax(mag, axis=2)[:, :, None], axis=2)[:, :, 0]  # first largest
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s16 = (amax / F32(7)).astype(F32).astype(np.float16)
+        s16 = (m / F32(-8)).astype(F32).astype(np.float16)
         s = s16.astype(F32)
         ok = (amax >= F32(1e-30)) & (s != 0)
         q = np.rint((blk / np.where(ok, s, F32(1))[:, :, None]).astype(F32))
     assert np.all(np.isfinite(s[ok])), "an F16 scale overflowed: not in this test's data"
-    q = np.clip(q, -7, 7)
+    q = np.clip(q, -8, 7)
     q[~ok] = 0
     s16 = np.where(ok, s16, np.float16(0)).astype(np.float16)
     nib = (q.astype(np.int8).view(np.uint8) & 0x0F).reshape(x.shape[0], nb, 16, 2)
@@ -467,10 +469,14 @@ def test_oracle_rules_on_edge_values():
     assert list(q[:4]) == [127, 0, 0, 2] and not q[4:].any()
     assert list(np.frombuffer(scale, dtype="<f4")) == [1.0, 0.0]
     row = np.zeros((1, 32), dtype=F32)
-    row[0, :4] = [7.0, -3.5, 2.5, -7.0]  # s = 1: ties to even: 7, -4, 2, -7
+    row[0, :4] = [8.0, -3.5, 2.5, -8.0]  # m = 8 (the first): s = -1; -8, 4, -2 (ties to even), 8 -> 7
     data, scale = q4_oracle(row)
-    assert list(np.frombuffer(data, dtype=np.uint8)[:2]) == [0xC7, 0x92] and len(data) == 16
-    assert np.frombuffer(scale, dtype="<f2")[0] == 1.0
+    assert list(np.frombuffer(data, dtype=np.uint8)[:2]) == [0x48, 0x7E] and len(data) == 16
+    assert np.frombuffer(scale, dtype="<f2")[0] == -1.0
+    row[0, :4] = [-0.5, 0.25, 0.0, 0.1875]  # m = -0.5: s = 1/16; -8, 4, 0, 3
+    data, scale = q4_oracle(row)
+    assert list(np.frombuffer(data, dtype=np.uint8)[:2]) == [0x48, 0x30]
+    assert np.frombuffer(scale, dtype="<f2")[0] == 0.0625
 
 
 # ---- 2. the same bytes everywhere ----

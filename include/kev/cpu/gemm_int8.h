@@ -50,13 +50,15 @@ void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale);
 // bundles"), row-major, the last block of a row zero-padded:
 // - q8: int8 [rows][blocks * 32] and FP32 scales [rows][blocks], by quantize_row_int8.
 // - q4: bytes [rows][blocks * 16] (k = 2i in the low nibble of byte i, k = 2i + 1 in the high,
-//   two's complement) and F16 scales [rows][blocks], by quantize_row_q4: per block s =
-//   f16(amax / 7) (round to nearest even), q = nearbyint(v / f32(s)) clamped to [-7, 7]; a block
-//   with amax < 1e-30 (or NaN), or whose s rounds to 0, is all zeros with s = 0.
+//   two's complement) and F16 scales [rows][blocks], by quantize_row_q4: per block, m = the
+//   value of largest magnitude (the first), s = f16(m / -8) (round to nearest even; negative
+//   when m is positive), q = nearbyint(v / f32(s)) clamped to [-8, 7] (m itself becomes -8, so
+//   every level is used); a block with |m| < 1e-30, or whose s rounds to 0, is all zeros with
+//   s = 0.
 // Both run through the int8 kernels with the contract above (the q4 scale widened exactly), so a
 // q8 matrix gives the bits of quantize_int8 on the same BF16 rows, and q4 the same bits on every
 // kernel. quantize_row_q4 returns false, writing nothing useful, where a block's s would
-// overflow F16 (amax / 7 >= 65520).
+// overflow F16 (|m| / 8 >= 65520).
 bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale);
 // The kernels' layouts of stored rows (q and scale may be unaligned; cols > 0).
 Int8Matrix pack_q8_rows(const void* q, const void* scale, int64_t rows, int64_t cols,

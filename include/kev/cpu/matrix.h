@@ -32,7 +32,7 @@ struct Int8Matrix {
 
 // A 4-bit quantized [rows, cols] matrix (a q4 bundle's weights, gemm_int8.h): Int8Matrix's
 // layout with each pair of k in one byte (the even k in the low nibble, the odd in the high, two's
-// complement in [-7, 7]): per group [block][pair of k][16 outputs] bytes; scales as stored, F16
+// complement in [-8, 7]): per group [block][pair of k][16 outputs] bytes; scales as stored, F16
 // bits, [group][block][16]. The kernels unpack a chunk of groups to Int8Matrix's layout (a byte
 // becomes the two int8 of its pair, in place order) and run the int8 tiles on it.
 struct Int4Matrix {

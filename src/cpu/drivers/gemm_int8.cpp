@@ -162,16 +162,22 @@ bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
     uint8_t* qb = q + b * (kQuantBlock / 2);
     std::fill(qb, qb + kQuantBlock / 2, uint8_t{0});
     scale[b] = 0;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(vb[i]));
+    // The block's largest magnitude, signed (the first such value): it becomes -8, so all 16
+    // levels are used.
+    float amax = 0.0f, m = 0.0f;
+    for (int64_t i = 0; i < len; ++i)
+      if (std::fabs(vb[i]) > amax) {
+        amax = std::fabs(vb[i]);
+        m = vb[i];
+      }
     if (!(amax >= 1e-30f)) continue;
-    const uint16_t s16 = f32_to_f16(amax / 7.0f);
-    if ((s16 & 0x7c00u) == 0x7c00u) return false;  // amax / 7 overflows F16
+    const uint16_t s16 = f32_to_f16(m / -8.0f);
+    if ((s16 & 0x7c00u) == 0x7c00u) return false;  // |m| / 8 overflows F16
     const float s = f16_to_f32(s16);
     if (s == 0.0f) continue;
     scale[b] = s16;
     for (int64_t i = 0; i < len; ++i) {
-      const float r = std::min(7.0f, std::max(-7.0f, std::nearbyint(vb[i] / s)));
+      const float r = std::min(7.0f, std::max(-8.0f, std::nearbyint(vb[i] / s)));
       const auto nib = static_cast<uint8_t>(static_cast<int>(r) & 0xf);
       qb[i / 2] |= static_cast<uint8_t>(i % 2 == 0 ? nib : nib << 4);
     }

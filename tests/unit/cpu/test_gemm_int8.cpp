@@ -149,32 +149,33 @@ TEST(StoredWeights, Q8RowsPackToTheLoadTimeQuantization) {
   }
 }
 
-// The q4 rule against its definition: each value's nearest step of s (the F16 scale), clamped.
+// The q4 rule against its definition: each value's nearest step of s (the F16 scale, signed so
+// the block's largest magnitude is -8), clamped to [-8, 7].
 TEST(StoredWeights, Q4RowRule) {
   std::vector<float> v(40, 0.0f);
-  v[0] = 7.0f;   // amax: s = 1
-  v[1] = -2.5f;  // tie: -2
-  v[2] = 3.5f;   // tie: 4
-  v[3] = -7.0f;
-  v[34] = 1e-3f;  // second block: s = f16(1e-3 / 7)
+  v[0] = 8.0f;    // the first largest magnitude: s = 8 / -8 = -1, and it becomes -8
+  v[1] = -3.5f;   // tie: 4
+  v[2] = 2.5f;    // tie: -2
+  v[3] = -8.0f;   // 8: clamped to 7
+  v[34] = 1e-3f;  // second block: s = f16(1e-3 / -8), the value -8
   std::vector<uint8_t> q(32, 0xee);
   uint16_t s[2];
   ASSERT_TRUE(quantize_row_q4(v.data(), 40, q.data(), s));
-  EXPECT_EQ(s[0], f32_to_f16(1.0f));
-  EXPECT_EQ(q[0], 0xe7);  // k 0: 7 (low nibble), k 1: -2 (high)
-  EXPECT_EQ(q[1], 0x94);  // k 2: 4, k 3: -7
-  EXPECT_EQ(s[1], f32_to_f16(1e-3f / 7.0f));
-  const float step = f16_to_f32(s[1]);
-  EXPECT_EQ(q[16 + 1], static_cast<uint8_t>(static_cast<int>(std::nearbyint(1e-3f / step)) & 0xf));
-  for (int i = 16; i < 32; ++i)
+  EXPECT_EQ(s[0], f32_to_f16(-1.0f));
+  EXPECT_EQ(q[0], 0x48);  // k 0: -8 (low nibble), k 1: 4 (high)
+  EXPECT_EQ(q[1], 0x7e);  // k 2: -2, k 3: 7
+  EXPECT_EQ(s[1], f32_to_f16(1e-3f / -8.0f));
+  EXPECT_EQ(q[16 + 1], 0x08);
+  for (int i = 16; i < 32; ++i) {
     if (i != 17) {
       EXPECT_EQ(q[i], 0) << i;  // the rest of block 1, padding included
     }
+  }
   std::vector<float> zero(32, 0.0f);
   ASSERT_TRUE(quantize_row_q4(zero.data(), 32, q.data(), s));
   EXPECT_EQ(s[0], 0);
   std::vector<float> huge(32, 1e6f);
-  EXPECT_FALSE(quantize_row_q4(huge.data(), 32, q.data(), s));  // 1e6 / 7 overflows F16
+  EXPECT_FALSE(quantize_row_q4(huge.data(), 32, q.data(), s));  // 1e6 / 8 overflows F16
   // Random rows: every value within half a step of q * s, or clamped at the ends.
   Problem p = gemm_test::make_normal(1, 200, 9, 4);
   for (int64_t r = 0; r < 9; ++r) {
@@ -187,10 +188,9 @@ TEST(StoredWeights, Q4RowRule) {
       const int nib = t % 2 == 0 ? (b & 0xf) : (b >> 4);
       const int val = nib >= 8 ? nib - 16 : nib;
       const double sc = f16_to_f32(sr[static_cast<size_t>(t / 32)]);
-      ASSERT_GE(val, -7);
       const double err = std::fabs(row[static_cast<size_t>(t)] - val * sc);
-      if (std::abs(val) < 7) {
-        ASSERT_LE(err, sc / 2 * (1 + 1e-6)) << r << " " << t;
+      if (val > -8 && val < 7) {
+        ASSERT_LE(err, std::fabs(sc) / 2 * (1 + 1e-6)) << r << " " << t;
       }
     }
   }
