@@ -185,71 +185,74 @@ bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
   return true;
 }
 
-Int8Matrix pack_q8_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
-                        size_t threads) {
-  Int8Matrix m;
+namespace {
+
+// The packed shape of a [rows, cols] matrix (Int8Matrix / Int4Matrix share it).
+template <typename M>
+void set_packed_shape(M& m, int64_t rows, int64_t cols) {
   m.rows = rows;
   m.cols = cols;
   m.blocks = (cols + kQuantBlock - 1) / kQuantBlock;
   m.groups = (rows + kGroup - 1) / kGroup;
+}
+
+// Calls fn(g, j, r, b) for every stored row r = g * 16 + j and block b, the groups on threads.
+template <typename Fn>
+void for_each_row_block(int64_t rows, int64_t blocks, size_t threads, const Fn& fn) {
+  const int64_t groups = (rows + kGroup - 1) / kGroup;
+  parallel_for(
+      static_cast<size_t>(groups),
+      [&](size_t gi) {
+        const int64_t g = static_cast<int64_t>(gi);
+        for (int64_t j = 0; j < kGroup && g * kGroup + j < rows; ++j)
+          for (int64_t b = 0; b < blocks; ++b) fn(g, j, g * kGroup + j, b);
+      },
+      threads == 0 ? default_workers() : threads);
+}
+
+}  // namespace
+
+Int8Matrix pack_q8_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                        size_t threads) {
+  Int8Matrix m;
+  set_packed_shape(m, rows, cols);
   m.q.assign(static_cast<size_t>(m.groups * kGroup * m.blocks * kQuantBlock), 0);
   m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0.0f);
   const auto* qs = static_cast<const int8_t*>(q_rows);
   const auto* ss = static_cast<const uint8_t*>(scale_rows);
   const int64_t kp = m.blocks * kQuantBlock;
-  parallel_for(
-      static_cast<size_t>(m.groups),
-      [&](size_t gi) {
-        const int64_t g = static_cast<int64_t>(gi);
-        for (int64_t j = 0; j < kGroup && g * kGroup + j < rows; ++j) {
-          const int64_t r = g * kGroup + j;
-          for (int64_t b = 0; b < m.blocks; ++b) {
-            float sc;
-            std::memcpy(&sc, ss + 4 * (r * m.blocks + b), 4);  // may be unaligned
-            m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] = sc;
-            const int8_t* src = qs + r * kp + b * kQuantBlock;
-            int8_t* dst = m.q.data() + int8_layout::packed_offset(m.blocks, g, j, b * kQuantBlock);
-            for (int64_t p = 0; p < kPairs; ++p) {
-              dst[p * kGroup * 2] = src[2 * p];
-              dst[p * kGroup * 2 + 1] = src[2 * p + 1];
-            }
-          }
-        }
-      },
-      threads == 0 ? default_workers() : threads);
+  for_each_row_block(rows, m.blocks, threads, [&](int64_t g, int64_t j, int64_t r, int64_t b) {
+    float sc;
+    std::memcpy(&sc, ss + 4 * (r * m.blocks + b), 4);  // may be unaligned
+    m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] = sc;
+    const int8_t* src = qs + r * kp + b * kQuantBlock;
+    int8_t* dst = m.q.data() + int8_layout::packed_offset(m.blocks, g, j, b * kQuantBlock);
+    for (int64_t p = 0; p < kPairs; ++p) {
+      dst[p * kGroup * 2] = src[2 * p];
+      dst[p * kGroup * 2 + 1] = src[2 * p + 1];
+    }
+  });
   return m;
 }
 
 Int4Matrix pack_q4_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
                         size_t threads) {
   Int4Matrix m;
-  m.rows = rows;
-  m.cols = cols;
-  m.blocks = (cols + kQuantBlock - 1) / kQuantBlock;
-  m.groups = (rows + kGroup - 1) / kGroup;
+  set_packed_shape(m, rows, cols);
   m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
   m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
   const auto* qs = static_cast<const uint8_t*>(q_rows);
   const auto* ss = static_cast<const uint8_t*>(scale_rows);
   const int64_t row_bytes = m.blocks * kPairs;
-  parallel_for(
-      static_cast<size_t>(m.groups),
-      [&](size_t gi) {
-        const int64_t g = static_cast<int64_t>(gi);
-        for (int64_t j = 0; j < kGroup && g * kGroup + j < rows; ++j) {
-          const int64_t r = g * kGroup + j;
-          for (int64_t b = 0; b < m.blocks; ++b) {
-            uint16_t sc;
-            std::memcpy(&sc, ss + 2 * (r * m.blocks + b), 2);
-            m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] = sc;
-            // A stored byte is one pair of k: it goes where Int8Matrix keeps that pair.
-            for (int64_t p = 0; p < kPairs; ++p)
-              m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] =
-                  qs[r * row_bytes + b * kPairs + p];
-          }
-        }
-      },
-      threads == 0 ? default_workers() : threads);
+  for_each_row_block(rows, m.blocks, threads, [&](int64_t g, int64_t j, int64_t r, int64_t b) {
+    uint16_t sc;
+    std::memcpy(&sc, ss + 2 * (r * m.blocks + b), 2);
+    m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] = sc;
+    // A stored byte is one pair of k: it goes where Int8Matrix keeps that pair.
+    for (int64_t p = 0; p < kPairs; ++p)
+      m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] =
+          qs[r * row_bytes + b * kPairs + p];
+  });
   return m;
 }
 
