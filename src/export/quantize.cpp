@@ -181,16 +181,13 @@ std::string copy_verified(const std::string& from, const std::string& to, const 
 QuantDefaults quantize_defaults(const std::string& format, int64_t layers) {
   if (format == "q8") return {int8_default_spec(layers), ""};
   if (format == "q4") {
-    // The study in docs/bundle-format.md: 4 bits where int8 quantizes, 8 bits for the rest
-    // (the first quarter of the layers and the GDN query and key rows).
-    const std::string q4 = int8_default_spec(layers);
+    // docs/notes/quantization-study.md: 4 bits where int8 quantizes, 8 bits for the rest (the
+    // first quarter of the layers, and the GDN query and key rows after it).
     const int64_t first = (layers + 3) / 4;
-    std::string q8 = "gdn_q,gdn_k";
-    if (first > 0)
-      q8 = fmt::format("all@0-{},gdn_q@{}-{},gdn_k@{}-{}", first - 1, first, layers - 1, first,
-                       layers - 1);
-    if (first >= layers) q8 = "all";
-    return {q8, q4};
+    if (first >= layers) return {"all", ""};
+    return {fmt::format("all@0-{},gdn_q@{}-{},gdn_k@{}-{}", first - 1, first, layers - 1, first,
+                        layers - 1),
+            int8_default_spec(layers)};
   }
   fail(ErrorKind::kBadInput, "unknown quantized format '{}' (expected q8 or q4)", format);
 }
