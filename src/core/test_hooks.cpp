@@ -25,6 +25,11 @@ bool avx512_emulation() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
+bool pin_depth_prefix() {
+  const char* v = std::getenv("KEV_PIN_DEPTH_PREFIX");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 #else
 
 bool enabled() {
@@ -34,6 +39,9 @@ std::optional<uint64_t> write_fault_budget() {
   return std::nullopt;
 }
 bool avx512_emulation() {
+  return false;
+}
+bool pin_depth_prefix() {
   return false;
 }
 

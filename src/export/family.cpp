@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kev/core/error.h"
+#include "kev/core/test_hooks.h"
 
 namespace kev {
 namespace {
@@ -69,6 +72,14 @@ const FamilyMember* find_member(std::string_view model) {
 
 bool is_member_config(const FamilyMember& m, const BaseTextConfig& c) {
   return c == m.config;
+}
+
+bool has_member_layout(const FamilyMember& m, const BaseTextConfig& c) {
+  const auto& want = m.config.full_attention;
+  const auto& got = c.full_attention;
+  if (got == want) return true;
+  return test_hooks::pin_depth_prefix() && !got.empty() && got.size() % 4 == 0 &&
+         got.size() < want.size() && std::equal(got.begin(), got.end(), want.begin());
 }
 
 const std::vector<std::string>& kev_target_modules() {

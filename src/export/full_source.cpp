@@ -123,7 +123,7 @@ class FullSource final : public WeightsSource {
     in_.delimiters = parse_delimiters(v.bytes("checkpoint/tokenizer.json"),
                                       o.checkpoint_dir + "/tokenizer.json");
     if (const FamilyMember* m = find_member(in_.recipe.model); m && m->weights == "full") {
-      if (config_.text.full_attention != m->config.full_attention)
+      if (!has_member_layout(*m, config_.text))
         fail(ErrorKind::kBadInput,
              "{}/config.json has {} layers of another layout than {} ({} layers, full attention "
              "on every fourth); it is not that member's checkpoint",

@@ -491,3 +491,29 @@ def test_a_write_failure_mid_copy_leaves_nothing(full, tmp_path):
                    env={"KEV_FAULT_WRITE_AFTER_BYTES": str(first + 4096)})
     assert proc.returncode == 4 and "No space left" in proc.stderr, proc.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_a_depth_prefix_is_pinned_only_under_the_test_hook(tmp_path):
+    """KEV_PIN_DEPTH_PREFIX (test builds): the first 8 of Kev-27B's 64 layers pin and export, with
+    a note, and the bundle keeps the checkpoint's shards; without the hook, or at a depth that
+    is not whole periods of four, the prefix is refused as another layout."""
+    for layers in (8, 6):
+        run_kev("synth", "--out", tmp_path / f"s{layers}", "--shape", SHAPE, "--layers", str(layers),
+                "--form", "full", "--quiet")
+    ck = tmp_path / "s8" / "checkpoint"
+    plain = run_kev("pin", "--model", "kev-27b", "--checkpoint", ck, "--out", tmp_path / "r.json", check=False)
+    assert plain.returncode == 2 and "has 8 layers of another layout" in plain.stderr, plain.stderr
+    nothing_at(tmp_path / "r.json")
+    hook = {"KEV_PIN_DEPTH_PREFIX": "1"}
+    odd = run_kev("pin", "--model", "kev-27b", "--checkpoint", tmp_path / "s6" / "checkpoint",
+                  "--out", tmp_path / "r.json", check=False, env=hook)
+    assert odd.returncode == 2 and "has 6 layers of another layout" in odd.stderr, odd.stderr
+    nothing_at(tmp_path / "r.json")
+    pinned = run_kev("pin", "--model", "kev-27b", "--checkpoint", ck, "--out", tmp_path / "r.json", env=hook)
+    assert "the first 8 of Kev-27B's 64 layers" in pinned.stdout + pinned.stderr
+    run_kev("export", "--recipe", tmp_path / "r.json", "--checkpoint", ck, "--out", tmp_path / "b", "--quiet",
+            env=hook)
+    for shard in SHARDS:
+        assert sha256(tmp_path / "b" / shard) == sha256(ck / shard)
+    run_kev("verify", tmp_path / "b")
+    assert len(score(tmp_path / "b")) == len(REQUESTS)

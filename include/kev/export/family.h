@@ -48,6 +48,12 @@ const FamilyMember* find_member(std::string_view model);
 // gate). A download of the member's base (LoRA) or of its full weights holds exactly that.
 bool is_member_config(const FamilyMember& member, const BaseTextConfig& config);
 
+// Whether `config` has the member's layer kinds (layer count and which are full attention):
+// what a checkpoint of the member must have whatever --model says. In a test build with
+// KEV_PIN_DEPTH_PREFIX=1 (kev/core/test_hooks.h), also the first N of them, N a multiple of 4
+// and fewer than the member's: a prefix exported at real dimensions to be measured.
+bool has_member_layout(const FamilyMember& member, const BaseTextConfig& config);
+
 // The member a checkpoint of `form` ("lora" or "full", checkpoint_form_from_files) is, given the
 // text config of the backbone it runs on (`config_name` names that file in messages): the one
 // member of `family` with that weights form whose base config is exactly `config`
