@@ -9,9 +9,12 @@ Starts `kev serve` on a bundle and, with the standard library's HTTP client:
      but for latency and cached-token counts (benchlib.comparable);
   3. state B (other words) with SIGTERM sent --sigterm-after seconds into it: B's status and the
      seconds from the signal to the server's exit (the drain bound: docs/serving.md).
-The server's VmRSS / RssAnon / RssFile are sampled every second from /proc. Linux only.
+The server's VmRSS / RssAnon / RssFile are sampled every second from /proc (VmHWM: the kernel's own
+peak, between samples too). Linux only.
 
   /usr/bin/python3 bench/long_state_replay.py --kev build/ci/kev --bundle B --words 27600
+With --state-a-only it stops after step 2 (the memory of one long state, e.g. a quantized bundle's
+with --precision int8).
 """
 import argparse
 import json
@@ -55,11 +58,11 @@ def post(port, data):
 
 class MemorySampler(threading.Thread):
     """Peak VmRSS / RssAnon / RssFile (MiB) of one process, sampled every second."""
-    FIELDS = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}
+    FIELDS = {"VmRSS:": "rss", "VmHWM:": "hwm", "RssAnon:": "anon", "RssFile:": "file"}
 
     def __init__(self, pid):
         super().__init__(daemon=True)
-        self.pid, self.peak, self.done = pid, {"rss": 0, "anon": 0, "file": 0}, False
+        self.pid, self.peak, self.done = pid, {"rss": 0, "hwm": 0, "anon": 0, "file": 0}, False
 
     def run(self):
         while not self.done:
@@ -80,6 +83,9 @@ def main():
     ap.add_argument("--bundle", required=True)
     ap.add_argument("--words", type=int, default=27600, help="words of each state (default 27,600)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", help="kev serve --precision (a quantized bundle: int8)")
+    ap.add_argument("--state-a-only", action="store_true",
+                    help="stop after state A and its repeat (no state B, no SIGTERM)")
     ap.add_argument("--sigterm-after", type=float, default=120.0,
                     help="seconds into state B at which the server gets SIGTERM")
     ap.add_argument("--log", default="long_state_replay.serve.log", help="the server's stderr")
@@ -89,7 +95,7 @@ def main():
 
     with open(a.log, "w") as log:
         srv = subprocess.Popen([a.kev, "serve", "--bundle", a.bundle, "--port", "0", "--threads",
-                                str(a.threads), "--usage-details", "--decimals", "-1"], stdout=subprocess.PIPE,
+                                str(a.threads), "--precision", a.precision, "--usage-details", "--decimals", "-1"], stdout=subprocess.PIPE,
                                stderr=log, text=True)
     sampler = MemorySampler(srv.pid)
     sampler.start()
@@ -106,6 +112,9 @@ def main():
         same = first[0] == again[0] == 200 and comparable(json.loads(again[1])) == comparable(json.loads(first[1]))
         print("state A again:", again[0], again[2], "s", "response identical but for latency and cached tokens" if same else "response DIFFERENT",
               again[1][-300:], flush=True)
+        if a.state_a_only:
+            print("peak", dict(sampler.peak), flush=True)
+            return
         second = {}
         th = threading.Thread(target=lambda: second.update(r=post(port, request_body(2, a.words))))
         th.start()
