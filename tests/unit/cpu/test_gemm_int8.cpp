@@ -228,7 +228,8 @@ TEST(StoredWeights, Q4KernelsEqualTheInt8KernelsOnTheWidenedValues) {
                          {5, 33, 15},
                          {7, 95, 33},
                          {13, 256, 70},
-                         {23, 700, 53}}) {
+                         {23, 700, 53},
+                         {3, 9000, 70}}) {
     Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
     const Q4Case c = q4_case(p);
     std::vector<float> ref(static_cast<size_t>(m * n));
