@@ -126,6 +126,19 @@ const QuantRows& activations_for(Int8Kernel k, const float* x, int64_t rows, int
   return buffer;
 }
 
+// The shared frame of the int8 and q4 products: checks, x quantized once, then body(range, x's
+// rows, g0, g1) on each worker's chunk of w's output groups.
+template <typename Matrix, typename Body>
+void over_groups(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Matrix& w,
+                 size_t threads, Body body) {
+  check_int8_kernel(k);
+  if (rows <= 0 || w.rows <= 0) return;
+  if (threads == 0) threads = default_workers();
+  const QuantRows& a = activations_for(k, x, rows, ldx, w.cols, threads);
+  const arch::Int8Range range = kernel_range(k);
+  group_chunks::run(w.groups, threads, 1, [&](int64_t g0, int64_t g1) { body(range, a, g0, g1); });
+}
+
 }  // namespace
 
 void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale) {
@@ -287,14 +300,10 @@ void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int
 
 void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
                       float* y, int64_t ldy, size_t threads) {
-  check_int8_kernel(k);
-  if (rows <= 0 || w.rows <= 0) return;
-  if (threads == 0) threads = default_workers();
-  const QuantRows& a = activations_for(k, x, rows, ldx, w.cols, threads);
-  const arch::Int8Range range = kernel_range(k);
-  group_chunks::run(w.groups, threads, 1, [&](int64_t g0, int64_t g1) {
-    range(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
-  });
+  over_groups(k, x, rows, ldx, w, threads,
+              [&](arch::Int8Range range, const QuantRows& a, int64_t g0, int64_t g1) {
+                range(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
+              });
 }
 
 namespace {
@@ -331,16 +340,12 @@ void widen_and_run(arch::Int8Range range, const QuantRows& a, int64_t rows, cons
 
 void gemm_int4_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w,
                       float* y, int64_t ldy, size_t threads) {
-  check_int8_kernel(k);
-  if (rows <= 0 || w.rows <= 0) return;
-  if (threads == 0) threads = default_workers();
-  const QuantRows& a = activations_for(k, x, rows, ldx, w.cols, threads);
-  const arch::Int8Range range = kernel_range(k);
   // Each worker widens its own chunk of groups whole: widening a few groups at a time (256 KiB
   // or 1 MiB of int8 values) measured no faster at Kev-27B's dimensions and saved 23 MB.
-  group_chunks::run(w.groups, threads, 1, [&](int64_t g0, int64_t g1) {
-    widen_and_run(range, a, rows, w, g0, g1, y, ldy);
-  });
+  over_groups(k, x, rows, ldx, w, threads,
+              [&](arch::Int8Range range, const QuantRows& a, int64_t g0, int64_t g1) {
+                widen_and_run(range, a, rows, w, g0, g1, y, ldy);
+              });
 }
 
 void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
