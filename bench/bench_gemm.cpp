@@ -3,14 +3,16 @@
 // FMA peak of that ISA on the same cores.
 //
 // Usage: bench_gemm [--isa scalar|avx2|avx512] [--threads N] [--reps R] [--m M]
-//                   [--int8 | --bf16-dot] [NAME=MxKxN ...]
+//                   [--int8 | --int8-kernel NAME | --bf16-dot] [NAME=MxKxN ...]
 // --int8: gemm_int8 (weights quantized first, untimed; activation quantization timed) instead;
 // its "gflops" count 2 per multiply-add as for FP32. The kernel line names the int8 variant
-// (e.g. avx512vnni). --bf16-dot: the AVX512-BF16 vdpbf16ps kernel of `--precision bf16`
-// (precision_kernels.h; weights packed first, untimed; activation rounding timed); refused where
-// the CPU has none (on other CPUs the bf16 mode is the FP32 GEMM on rounded activations). Default
-// ISA: the dispatcher's (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks is refused.
-// Prints one JSON object per line: per shape the best of R timed runs.
+// (e.g. avx512vnni). --int8-kernel NAME: the same through one named int8 kernel (`kev cpu`'s
+// gemm_int8_kernel names, e.g. avx512vnni or amxint8), refused where the CPU cannot run it.
+// --bf16-dot: the AVX512-BF16 vdpbf16ps kernel of `--precision bf16` (precision_kernels.h; weights
+// packed first, untimed; activation rounding timed); refused where the CPU has none (on other CPUs
+// the bf16 mode is the FP32 GEMM on rounded activations). Default ISA: the dispatcher's
+// (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks is refused. Prints one JSON object
+// per line: per shape the best of R timed runs.
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   int reps = 5;
   int64_t m = 512;
   bool int8 = false, bf16_dot = false;
+  std::optional<Int8Kernel> int8_kernel;
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -83,6 +86,14 @@ int main(int argc, char** argv) {
     } else if (a == "--reps") {
       reps = std::stoi(next());
     } else if (a == "--int8") {
+      int8 = true;
+    } else if (a == "--int8-kernel") {
+      std::string v = next();
+      int8_kernel = find_int8_kernel(v);
+      if (!int8_kernel || !int8_kernel_supported(*int8_kernel)) {
+        std::fprintf(stderr, "bench_gemm: no int8 kernel %s that this CPU runs\n", v.c_str());
+        return 2;
+      }
       int8 = true;
     } else if (a == "--bf16-dot") {
       bf16_dot = true;
@@ -112,7 +123,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (shapes.empty()) shapes = default_shapes(m);
-  const std::string kernel = int8 ? std::string("int8 ") + int8_kernel_name(int8_kernel_for(isa))
+  if (int8 && !int8_kernel) int8_kernel = int8_kernel_for(isa);
+  const std::string kernel = int8 ? std::string("int8 ") + int8_kernel_name(*int8_kernel)
                              : bf16_dot
                                  ? std::string("bf16 dot ") + bf16_kernel_name(best_bf16_kernel())
                                  : std::string("bf16-weight fp32");
@@ -138,7 +150,7 @@ int main(int argc, char** argv) {
     if (bf16_dot) pairs = pack_bf16_pairs(mat, threads);
     auto run = [&] {
       if (int8)
-        gemm_int8_isa(isa, x.data(), s.m, s.k, q, y.data(), s.n, threads);
+        gemm_int8_kernel(*int8_kernel, x.data(), s.m, s.k, q, y.data(), s.n, threads);
       else if (bf16_dot)
         gemm_bf16_pairs(best_bf16_kernel(), x.data(), s.m, s.k, pairs, y.data(), s.n, threads);
       else

@@ -12,6 +12,7 @@
 #include "kev/core/progress.h"
 #include "kev/core/threads.h"
 #include "kev/cpu/isa.h"
+#include "kev/cpu/model_kernels.h"
 
 namespace kev::cli {
 
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     try {
       check_isa_environment();
+      check_kernel_environment();
       check_threads_environment();
       return run();
     } catch (const Error& e) {

@@ -1,5 +1,9 @@
 #include "kev/cpu/model_kernels.h"
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 #include "cpu/arch.h"
 #include "cpu/drivers/precision_variants.h"
 #include "cpu/levels.h"
@@ -21,6 +25,34 @@ ModelKernels ModelKernels::at_level(Isa level) {
   return t;
 }
 
+namespace {
+
+// The kernel KEV_INT8_KERNEL names, or nullopt when it is unset or empty.
+std::optional<Int8Kernel> int8_kernel_from_env() {
+  const char* name = std::getenv("KEV_INT8_KERNEL");
+  if (name == nullptr || *name == '\0') return std::nullopt;
+  const std::optional<Int8Kernel> k = find_int8_kernel(name);
+  if (!k) {
+    std::string names;
+    for (Int8Kernel each : int8_kernels())
+      if (int8_kernel_supported(each))
+        names += std::string(names.empty() ? "" : ", ") + int8_kernel_name(each);
+    fail(ErrorKind::kBadInput, "KEV_INT8_KERNEL={}: no such int8 kernel (this CPU runs: {})", name,
+         names);
+  }
+  if (!int8_kernel_supported(*k))
+    fail(ErrorKind::kBadInput, "KEV_INT8_KERNEL={}: this CPU cannot run that kernel", name);
+  static const bool passed = probe_kernel(*k);  // the variable is read once per process
+  if (!passed) fail(ErrorKind::kUnsupported, "KEV_INT8_KERNEL={}: {}", name, kernel_probe_note());
+  return k;
+}
+
+}  // namespace
+
+void check_kernel_environment() {
+  int8_kernel_from_env();
+}
+
 const ModelKernels& model_kernels() {
   static const ModelKernels k = [] {
     ModelKernels t = ModelKernels::at_level(gemm_level());
@@ -28,6 +60,10 @@ const ModelKernels& model_kernels() {
       t.int8_ = kEmulatedInt8Kernel;
       t.int8_isa_ = int8_kernel_level(t.int8_);
       t.bf16_ = kEmulatedBf16Kernel;
+    }
+    if (const std::optional<Int8Kernel> named = int8_kernel_from_env()) {
+      t.int8_ = *named;
+      t.int8_isa_ = int8_kernel_level(t.int8_);
     }
     return t;
   }();

@@ -528,6 +528,35 @@ def test_q4_bundle_answers_are_the_same_on_every_level_and_thread_count(quantize
             assert score(q4, decisions, "--threads", threads, env=level_env(level)) == want, (level, threads)
 
 
+# Every int8 kernel name a build may register (precision_kernels.h; `kev cpu` lists what runs).
+INT8_KERNELS = ("portable", "avx2", "avx512bw", "avx512vnni", "avx512vnni-emulated", "amxint8",
+                "amxint8-emulated", "neon")
+
+
+def test_every_int8_kernel_by_name_answers_alike(quantized, decisions):
+    """KEV_INT8_KERNEL runs the named int8 kernel: each one this CPU runs (on x86-64 at least the
+    AMX kernel's emulation, and the AMX kernel itself where the CPU and OS offer it) answers the q4
+    bundle bit for bit as the portable kernel; a name this CPU cannot run, or no kernel's name, is
+    refused at start-up."""
+    q4 = q4_bundle(quantized)
+    want = score(q4, decisions, env=dict(NO_CAP, KEV_INT8_KERNEL="portable"))
+    ran = []
+    for name in INT8_KERNELS:
+        env = dict(NO_CAP, KEV_INT8_KERNEL=name)
+        cpu = run_kev("cpu", env=env, check=False)
+        if cpu.returncode != 0:
+            assert cpu.returncode == 2 and "KEV_INT8_KERNEL=" + name in cpu.stderr, (name, cpu.stderr)
+            continue
+        assert json.loads(cpu.stdout)["kernels"]["gemm_int8_kernel"] == name
+        assert score(q4, decisions, "--threads", "2", env=env) == want, name
+        ran.append(name)
+    if json.loads(run_kev("cpu", env=NO_CAP).stdout)["arch"] == "x86-64":
+        assert "amxint8-emulated" in ran, ran
+    proc = run_kev("score", "--bundle", q4, "--jsonl", "--precision", "int8", input=decisions,
+                   env=dict(NO_CAP, KEV_INT8_KERNEL="avx1024"), check=False)
+    assert proc.returncode == 2 and "no such int8 kernel" in proc.stderr and proc.stdout == ""
+
+
 @pytest.mark.parametrize("precision", [None, "fp32", "bf16"])
 def test_quantized_bundle_refuses_other_precisions(quantized, decisions, precision):
     extra = () if precision is None else ("--precision", precision)

@@ -94,4 +94,10 @@ class ModelKernels {
 // have one run then).
 const ModelKernels& model_kernels();
 
+// KEV_INT8_KERNEL=<name> (docs/environment.md): the int8 mode runs that kernel, one of `kev cpu`'s
+// gemm_int8_kernels this CPU runs, instead of the level's choice (every int8 kernel gives the same
+// bits; for comparisons of speed). Refuses (Error, bad input) a name that is not registered here
+// or that this CPU cannot run, so a typo fails at start-up.
+void check_kernel_environment();
+
 }  // namespace kev

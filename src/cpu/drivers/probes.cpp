@@ -37,8 +37,9 @@ struct Lcg {
 };
 
 // Shapes with a K tail (cols % 32, odd cols), an output tail (a lone and a partial group) and a
-// row tail (7 = 6 + 1), plus blocks at the quantization range's ends.
-constexpr int64_t kProbeRows = 7, kProbeCols = 99, kProbeOut = 72;
+// row tail (37 = 6 * 6 + 1, and 32 + 5 for the AMX kernel's steps of 32 rows), plus blocks at the
+// quantization range's ends.
+constexpr int64_t kProbeRows = 37, kProbeCols = 99, kProbeOut = 72;
 
 struct ProbeProblem {
   std::vector<float> x;

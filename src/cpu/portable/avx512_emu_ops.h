@@ -1,7 +1,7 @@
 // The few 512-bit operations the AVX-512 precision-mode kernels are written against
-// (src/cpu/bodies/tile512_int8.inc, tile512_bf16.inc), in plain C++ following each instruction's
-// documented semantics, lane by lane: the kernels' exact code path on any CPU of any
-// architecture (tests check each operation against an independent scalar reference, and on
+// (src/cpu/bodies/tile512_int8.inc, tile512_bf16.inc, tile_amx_int8.inc), in plain C++ following
+// each instruction's documented semantics, lane by lane: the kernels' exact code path on any CPU of
+// any architecture (tests check each operation against an independent scalar reference, and on
 // AVX-512 machines the real kernels against the emulated ones). The intrinsics that implement the
 // same operations are src/cpu/x86/avx512_ops.h.
 // Register view: I is 512 bits as 16 little-endian dwords (32 int16 or BF16 values, element 2i
@@ -47,6 +47,29 @@ struct EmuOps {
   static I load_i(const void* p) {
     I r;
     std::memcpy(r.l, p, 64);
+    return r;
+  }
+  // vmovdqu32 m512, zmm.
+  static void store_i(void* p, I v) { std::memcpy(p, v.l, 64); }
+  // vpaddd: per dword, wrapping.
+  static I add_i(I a, I b) {
+    for (int i = 0; i < 16; ++i) a.l[i] += b.l[i];
+    return a;
+  }
+  // vpslld zmm, zmm, 8: every dword shifted left by 8, the bits shifted out lost.
+  static I shl8_dwords(I v) {
+    for (auto& d : v.l) d <<= 8;
+    return v;
+  }
+  // vpsllw zmm, zmm, 8: every word shifted left by 8 (its low byte moves up, the high one is lost).
+  static I shl8_words(I v) {
+    for (auto& d : v.l) d = (d << 8) & 0xff00ff00u;
+    return v;
+  }
+  // vpmovzxbw zmm, m256: 32 uint8 zero-extended to 32 uint16.
+  static I widen_u8(const uint8_t* p) {
+    I r;
+    for (int i = 0; i < 16; ++i) r.l[i] = uint32_t{p[2 * i]} | uint32_t{p[2 * i + 1]} << 16;
     return r;
   }
   // vpdpwssd (AVX512_VNNI, no saturation): per dword lane i,

@@ -1,8 +1,9 @@
 // The few 512-bit operations the AVX-512 precision-mode kernels are written against
-// (src/cpu/bodies/tile512_int8.inc, tile512_bf16.inc) as intrinsics: Avx512VnniOps / Avx512BwOps /
-// Avx512Bf16Ops, each function under the target attribute of exactly the extensions it uses;
-// only ever called after the CPU was checked. The same operations in plain C++ (the emulation
-// every machine tests with) are src/cpu/portable/avx512_emu_ops.h; the register view is the same.
+// (src/cpu/bodies/tile512_int8.inc, tile512_bf16.inc, tile_amx_int8.inc) as intrinsics:
+// Avx512VnniOps / Avx512BwOps / Avx512Bf16Ops, each function under the target attribute of exactly
+// the extensions it uses; only ever called after the CPU was checked. The same operations in plain
+// C++ (the emulation every machine tests with) are src/cpu/portable/avx512_emu_ops.h; the register
+// view is the same.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -31,6 +32,13 @@ struct Avx512BaseOps {
     return _mm512_set1_epi32(d);
   }
   KEV_OPS("avx512f") I load_i(const void* p) { return _mm512_loadu_si512(p); }
+  KEV_OPS("avx512f") void store_i(void* p, I v) { _mm512_storeu_si512(p, v); }
+  KEV_OPS("avx512f") I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
+  KEV_OPS("avx512f") I shl8_dwords(I v) { return _mm512_slli_epi32(v, 8); }
+  KEV_OPS("avx512f,avx512bw") I shl8_words(I v) { return _mm512_slli_epi16(v, 8); }
+  KEV_OPS("avx512f,avx512bw") I widen_u8(const uint8_t* p) {
+    return _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   KEV_OPS("avx512f") F zero_f() { return _mm512_setzero_ps(); }
   KEV_OPS("avx512f") F load_f(const float* p) { return _mm512_loadu_ps(p); }
   KEV_OPS("avx512f") F bcast_f(float v) { return _mm512_set1_ps(v); }

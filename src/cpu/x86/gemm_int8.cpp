@@ -1,6 +1,7 @@
 // The x86-64 int8 GEMM variants (gemm_int8.h's order, bit-identical to the portable one): the
 // AVX2 block quantizer and 6 x 16 kernel, and the choice of kernel per level, where AVX-512 runs
-// the VNNI or BW kernel (x86/gemm_avx512.cpp) once it passed its start-up probe.
+// the VNNI or BW kernel (x86/gemm_avx512.cpp) once it passed its start-up probe. The AMX kernel
+// (x86/gemm_amx.cpp) is registered, run by name only.
 #include <algorithm>
 #include <cstring>
 
@@ -129,9 +130,12 @@ void range_avx2(const int16_t* xq, int64_t kp, const float* sx, int64_t rows, co
 }
 
 // Positions in int8_variants().
-enum Int8Index { kAvx2Index, kAvx512BwIndex, kAvx512VnniIndex };
+enum Int8Index { kAvx2Index, kAvx512BwIndex, kAvx512VnniIndex, kAmxIndex, kAmxEmulatedIndex };
 
 // The AVX-512 int8 kernel of this CPU after its probe (AVX2's when it failed); needs kAvx512.
+// Not the AMX kernel, even where the CPU has it: under gemm_int8.h's per-block scales its tile
+// sums go through memory at every block of 32, and it measured no faster than VNNI
+// (docs/performance.md, "AMX"); KEV_INT8_KERNEL=amxint8 runs it.
 int avx512_int8_choice() {
   static const int index = [] {
     const int real = cpu_has_avx512_vnni() ? kAvx512VnniIndex : kAvx512BwIndex;
@@ -146,8 +150,12 @@ std::span<const Int8Variant> int8_variants() {
   static const Int8Variant kVariants[] = {
       {"avx2", kAvx2, nullptr, &range_avx2},
       {"avx512bw", kAvx512, nullptr, &x86::int8_range_avx512_bw},
-      {"avx512vnni", kAvx512, &cpu_has_avx512_vnni, &x86::int8_range_avx512_vnni}};
-  static_assert(kAvx2Index == 0 && kAvx512BwIndex == 1 && kAvx512VnniIndex == 2);
+      {"avx512vnni", kAvx512, &cpu_has_avx512_vnni, &x86::int8_range_avx512_vnni},
+      // Run by name only (KEV_INT8_KERNEL, tests, bench_gemm --int8-kernel).
+      {"amxint8", kAvx512, &cpu_has_amx_int8, &x86::int8_range_amx},
+      {"amxint8-emulated", Isa::kPortable, nullptr, &x86::int8_range_amx_emulated}};
+  static_assert(kAvx2Index == 0 && kAvx512BwIndex == 1 && kAvx512VnniIndex == 2 && kAmxIndex == 3 &&
+                kAmxEmulatedIndex == 4);
   return kVariants;
 }
 

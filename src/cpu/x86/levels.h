@@ -12,5 +12,8 @@ inline constexpr Isa kAvx512 = Isa::of_rank(2);  // AVX-512 F/BW/VL + FMA
 // Extensions on top of kAvx512 that the precision-mode kernels use (false without kAvx512).
 bool cpu_has_avx512_vnni();  // AVX512_VNNI: vpdpwssd
 bool cpu_has_avx512_bf16();  // AVX512_BF16: vdpbf16ps
+// AMX-TILE + AMX-INT8 (tdpbssd, tdpbusd), and Linux granted this process the tile state (the
+// first call asks, once: arch_prctl ARCH_REQ_XCOMP_PERM); false elsewhere.
+bool cpu_has_amx_int8();
 
 }  // namespace kev::arch

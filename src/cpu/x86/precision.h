@@ -1,5 +1,5 @@
-// The AVX-512 precision-mode kernels of the x86-64 family (x86/gemm_avx512.cpp), for the family's
-// kernel choice (x86/gemm_int8.cpp, x86/gemm_avx512.cpp). Private to src/cpu/x86/.
+// The AVX-512 precision-mode kernels of the x86-64 family (x86/gemm_avx512.cpp, x86/gemm_amx.cpp),
+// for the family's kernel choice (x86/gemm_int8.cpp, x86/gemm_avx512.cpp). Private to src/cpu/x86/.
 #pragma once
 #include <cstdint>
 
@@ -12,6 +12,12 @@ void int8_range_avx512_vnni(const int16_t* xq, int64_t kp, const float* sx, int6
                             const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
 void int8_range_avx512_bw(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                           const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
+// arch::Int8Range through AMX tiles (tdpbusd + tdpbssd on the int16 activations' two bytes;
+// x86/gemm_amx.cpp), and the same on the plain C++ emulation of the tiles (any CPU).
+void int8_range_amx(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
+                    const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
+void int8_range_amx_emulated(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
+                             const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
 // arch::Bf16Range through vdpbf16ps (AVX512_BF16).
 void bf16_range_avx512(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf16PairMatrix& w,
                        float* y, int64_t ldy, int64_t g0, int64_t g1);
