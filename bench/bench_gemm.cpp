@@ -3,16 +3,18 @@
 // FMA peak of that ISA on the same cores.
 //
 // Usage: bench_gemm [--isa scalar|avx2|avx512] [--threads N] [--reps R] [--m M]
-//                   [--int8 | --int8-kernel NAME | --bf16-dot] [NAME=MxKxN ...]
+//                   [--int8 | --int8-kernel NAME | --bf16-dot | --bf16-kernel NAME]
+//                   [NAME=MxKxN ...]
 // --int8: gemm_int8 (weights quantized first, untimed; activation quantization timed) instead;
 // its "gflops" count 2 per multiply-add as for FP32. The kernel line names the int8 variant
 // (e.g. avx512vnni). --int8-kernel NAME: the same through one named int8 kernel (`kev cpu`'s
 // gemm_int8_kernel names, e.g. avx512vnni or amxint8), refused where the CPU cannot run it.
-// --bf16-dot: the AVX512-BF16 vdpbf16ps kernel of `--precision bf16` (precision_kernels.h; weights
-// packed first, untimed; activation rounding timed); refused where the CPU has none (on other CPUs
-// the bf16 mode is the FP32 GEMM on rounded activations). Default ISA: the dispatcher's
-// (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks is refused. Prints one JSON object
-// per line: per shape the best of R timed runs.
+// --bf16-dot: the dot kernel of `--precision bf16` (`kev cpu`'s gemm_bf16_dot: amxbf16 or
+// avx512bf16; precision_kernels.h; weights packed first, untimed; activation rounding timed);
+// refused where the CPU has none (on other CPUs the bf16 mode is the FP32 GEMM on rounded
+// activations). --bf16-kernel NAME: the same through one named dot kernel. Default ISA: the
+// dispatcher's (best_gemm_isa, capped by KEV_GEMM_ISA). An ISA the CPU lacks is refused. Prints
+// one JSON object per line: per shape the best of R timed runs.
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
   int reps = 5;
   int64_t m = 512;
   bool int8 = false, bf16_dot = false;
+  std::optional<Bf16Kernel> bf16_kernel;
   std::optional<Int8Kernel> int8_kernel;
   std::vector<Shape> shapes;
   for (int i = 1; i < argc; ++i) {
@@ -97,6 +100,14 @@ int main(int argc, char** argv) {
       int8 = true;
     } else if (a == "--bf16-dot") {
       bf16_dot = true;
+    } else if (a == "--bf16-kernel") {
+      std::string v = next();
+      bf16_kernel = find_bf16_kernel(v);
+      if (!bf16_kernel || *bf16_kernel == kNoBf16Kernel || !bf16_kernel_supported(*bf16_kernel)) {
+        std::fprintf(stderr, "bench_gemm: no bf16 dot kernel %s that this CPU runs\n", v.c_str());
+        return 2;
+      }
+      bf16_dot = true;
     } else if (a == "--m") {
       m = std::stoll(next());
     } else {
@@ -115,19 +126,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gemm: this CPU lacks %s\n", isa_name(isa));
     return 2;
   }
-  if (bf16_dot && (int8 || isa != parse_isa("avx512") ||
-                   bf16_kernel_name(best_bf16_kernel()) != std::string("avx512bf16"))) {
+  if (bf16_dot && !bf16_kernel) bf16_kernel = best_bf16_kernel();
+  if (bf16_dot && (int8 || *bf16_kernel == kNoBf16Kernel)) {
     std::fprintf(stderr,
-                 "bench_gemm: --bf16-dot needs the avx512bf16 kernel (an AVX512-BF16 CPU, --isa "
-                 "avx512, no --int8); `kev cpu` shows gemm_bf16_dot\n");
+                 "bench_gemm: --bf16-dot needs a bf16 dot kernel (an AVX512-BF16 or AMX-BF16 CPU, "
+                 "--isa avx512, no --int8); `kev cpu` shows gemm_bf16_dot\n");
     return 2;
   }
   if (shapes.empty()) shapes = default_shapes(m);
   if (int8 && !int8_kernel) int8_kernel = int8_kernel_for(isa);
-  const std::string kernel = int8 ? std::string("int8 ") + int8_kernel_name(*int8_kernel)
-                             : bf16_dot
-                                 ? std::string("bf16 dot ") + bf16_kernel_name(best_bf16_kernel())
-                                 : std::string("bf16-weight fp32");
+  const std::string kernel = int8       ? std::string("int8 ") + int8_kernel_name(*int8_kernel)
+                             : bf16_dot ? std::string("bf16 dot ") + bf16_kernel_name(*bf16_kernel)
+                                        : std::string("bf16-weight fp32");
 
   bench::Peak peak = bench::fma_peak_gflops(isa, threads);
   std::printf(
@@ -152,7 +162,7 @@ int main(int argc, char** argv) {
       if (int8)
         gemm_int8_kernel(*int8_kernel, x.data(), s.m, s.k, q, y.data(), s.n, threads);
       else if (bf16_dot)
-        gemm_bf16_pairs(best_bf16_kernel(), x.data(), s.m, s.k, pairs, y.data(), s.n, threads);
+        gemm_bf16_pairs(*bf16_kernel, x.data(), s.m, s.k, pairs, y.data(), s.n, threads);
       else
         gemm_bf16_isa(isa, x.data(), s.m, s.k, mat, y.data(), s.n, threads);
     };

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cpu/arch.h"
 #include "cpu/drivers/precision_variants.h"
@@ -27,30 +28,52 @@ ModelKernels ModelKernels::at_level(Isa level) {
 
 namespace {
 
-// The kernel KEV_INT8_KERNEL names, or nullopt when it is unset or empty.
-std::optional<Int8Kernel> int8_kernel_from_env() {
-  const char* name = std::getenv("KEV_INT8_KERNEL");
+// What sets the two variables apart: the registry each names a kernel of.
+struct Int8Registry {
+  using Kernel = Int8Kernel;
+  static constexpr const char* kVariable = "KEV_INT8_KERNEL";
+  static constexpr const char* kWhat = "int8";
+  static std::vector<Int8Kernel> all() { return int8_kernels(); }
+  static std::optional<Int8Kernel> find(const char* n) { return find_int8_kernel(n); }
+  static const char* name(Int8Kernel k) { return int8_kernel_name(k); }
+  static bool runs(Int8Kernel k) { return int8_kernel_supported(k); }
+};
+struct Bf16Registry {
+  using Kernel = Bf16Kernel;
+  static constexpr const char* kVariable = "KEV_BF16_KERNEL";
+  static constexpr const char* kWhat = "bf16 dot";
+  static std::vector<Bf16Kernel> all() { return bf16_kernels(); }
+  static std::optional<Bf16Kernel> find(const char* n) { return find_bf16_kernel(n); }
+  static const char* name(Bf16Kernel k) { return bf16_kernel_name(k); }
+  static bool runs(Bf16Kernel k) { return k == kNoBf16Kernel || bf16_kernel_supported(k); }
+};
+
+// The kernel the registry's variable names, or nullopt when it is unset or empty. The named
+// kernel must pass its start-up probe (the portable kernel and "none" have none).
+template <class R>
+std::optional<typename R::Kernel> kernel_from_env() {
+  const char* name = std::getenv(R::kVariable);
   if (name == nullptr || *name == '\0') return std::nullopt;
-  const std::optional<Int8Kernel> k = find_int8_kernel(name);
+  const std::optional<typename R::Kernel> k = R::find(name);
   if (!k) {
     std::string names;
-    for (Int8Kernel each : int8_kernels())
-      if (int8_kernel_supported(each))
-        names += std::string(names.empty() ? "" : ", ") + int8_kernel_name(each);
-    fail(ErrorKind::kBadInput, "KEV_INT8_KERNEL={}: no such int8 kernel (this CPU runs: {})", name,
-         names);
+    for (typename R::Kernel each : R::all())
+      if (R::runs(each)) names += std::string(names.empty() ? "" : ", ") + R::name(each);
+    fail(ErrorKind::kBadInput, "{}={}: no such {} kernel (this CPU runs: {})", R::kVariable, name,
+         R::kWhat, names);
   }
-  if (!int8_kernel_supported(*k))
-    fail(ErrorKind::kBadInput, "KEV_INT8_KERNEL={}: this CPU cannot run that kernel", name);
-  static const bool passed = probe_kernel(*k);  // the variable is read once per process
-  if (!passed) fail(ErrorKind::kUnsupported, "KEV_INT8_KERNEL={}: {}", name, kernel_probe_note());
+  if (!R::runs(*k))
+    fail(ErrorKind::kBadInput, "{}={}: this CPU cannot run that kernel", R::kVariable, name);
+  static const bool passed = *k == typename R::Kernel{} || probe_kernel(*k);  // read once
+  if (!passed) fail(ErrorKind::kUnsupported, "{}={}: {}", R::kVariable, name, kernel_probe_note());
   return k;
 }
 
 }  // namespace
 
 void check_kernel_environment() {
-  int8_kernel_from_env();
+  kernel_from_env<Int8Registry>();
+  kernel_from_env<Bf16Registry>();
 }
 
 const ModelKernels& model_kernels() {
@@ -61,10 +84,11 @@ const ModelKernels& model_kernels() {
       t.int8_isa_ = int8_kernel_level(t.int8_);
       t.bf16_ = kEmulatedBf16Kernel;
     }
-    if (const std::optional<Int8Kernel> named = int8_kernel_from_env()) {
+    if (const std::optional<Int8Kernel> named = kernel_from_env<Int8Registry>()) {
       t.int8_ = *named;
       t.int8_isa_ = int8_kernel_level(t.int8_);
     }
+    if (const std::optional<Bf16Kernel> named = kernel_from_env<Bf16Registry>()) t.bf16_ = *named;
     return t;
   }();
   return k;

@@ -7,8 +7,9 @@ emulated AVX-512 kernels (the real kernels' code run on a plain C++ model of eac
 - bf16: the vdpbf16ps kernel (its own summation order) against the float64 torch reference,
   within test_precision.py's bf16 budget, and bitwise batch- and thread-independent;
 - KEV_ISA=avx2 still forces the AVX2 paths (`kev cpu`);
-- where the CPU runs AVX512-BF16 / AVX512-VNNI natively, the native kernels give exactly the
-  emulation's bytes (so the emulation that covers other CPUs models them faithfully).
+- the AMX-BF16 kernel (its own order) through its emulation, within the same budget;
+- where the CPU runs AVX512-BF16 / AVX512-VNNI / AMX natively, the native kernels give exactly
+  their emulation's bytes (so the emulation that covers other CPUs models them faithfully).
 """
 import json
 import os
@@ -90,21 +91,51 @@ def test_bf16_emulated_within_budget_and_reproducible(model, tmp_path):
         assert torch.equal(three[f"row.{len(rows) - 1 - i}"], out[f"row.{i}"])
 
 
+# Each native kernel and the emulation that models it, by the `kev cpu` extension that runs it.
+NATIVE_AND_EMULATED = (
+    ("bf16", "avx512_bf16", {"KEV_BF16_KERNEL": "avx512bf16"}, EMULATE),
+    ("bf16", "amx_bf16", {"KEV_BF16_KERNEL": "amxbf16"}, {"KEV_BF16_KERNEL": "amxbf16-emulated"}),
+    ("int8", "avx512_vnni", {"KEV_INT8_KERNEL": "avx512vnni"}, EMULATE),
+    ("int8", "amx_int8", {"KEV_INT8_KERNEL": "amxint8"}, {"KEV_INT8_KERNEL": "amxint8-emulated"}),
+)
+
+
+def test_amx_bf16_emulated_within_budget(model, tmp_path):
+    """The AMX-BF16 kernel's order (one FP32 sum per output over the whole k, 32-product tile steps)
+    through its emulation, on any x86-64 machine: within the bf16 budget of the float64 reference
+    and bitwise batch- and thread-independent."""
+    if cpu({})["arch"] != "x86-64":
+        pytest.skip("the AMX kernels are x86-64's")
+    path, oracle = model
+    env = {"KEV_BF16_KERNEL": "amxbf16-emulated", "KEV_ISA": "", "KEV_GEMM_ISA": ""}
+    prefix, rows = ids(19, 13), [ids(35, 14), ids(4, 15)]
+    out = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": r} for r in rows]}, "--precision", "bf16",
+                  env=env)
+    for i, r in enumerate(rows):
+        expected = oracle.forward(prefix + r, list(range(len(prefix) + len(r))))[len(prefix):]
+        rel = ((out[f"row.{i}"].double() - expected).norm() / expected.norm()).item()
+        print(f"row {i}: relative RMS error AMX-BF16 (emulated) {rel:.3e}")
+        assert rel <= BF16_BUDGET, (i, rel)
+    alone = forward(path, tmp_path, {"prefix": prefix, "rows": [{"ids": rows[1]}]}, "--precision", "bf16",
+                    "--threads", "1", env=env)
+    assert torch.equal(alone["row.0"], out["row.1"])
+
+
 def test_native_kernels_are_bitwise_their_emulation(model, tmp_path):
-    """Where the CPU runs the AVX-512 kernels natively, the emulation models them exactly: the same
-    bytes for bf16 (vdpbf16ps) and int8 (vpdpwssd). On other CPUs there is nothing native to hold
-    the emulation against, so the test skips there (test_dispatch still runs)."""
-    native = cpu({"KEV_ISA": "", "KEV_GEMM_ISA": ""})["kernels"]
-    modes = [m for m, k, name in (("bf16", "gemm_bf16_dot", "avx512bf16"), ("int8", "gemm_int8_kernel", "avx512vnni"))
-             if native[k] == name]
-    if not modes:
-        pytest.skip("this CPU has neither AVX512-BF16 nor AVX512-VNNI")
+    """Where the CPU runs AVX512-BF16, AVX512-VNNI, AMX-BF16 or AMX-INT8 natively, each native
+    kernel gives exactly its emulation's bytes (so the emulation that covers other CPUs models it
+    faithfully). On other CPUs there is nothing native to hold the emulation against, so the test
+    skips there (test_dispatch still runs)."""
+    supported = cpu({"KEV_ISA": "", "KEV_GEMM_ISA": ""})["supported"]
+    pairs = [p for p in NATIVE_AND_EMULATED if supported.get(p[1])]
+    if not pairs:
+        pytest.skip("this CPU has none of AVX512-BF16, AVX512-VNNI, AMX-BF16, AMX-INT8")
     path, _ = model
     prefix, rows = ids(33, 9), [ids(41, 10), ids(5, 11), ids(1, 12)]
     payload = {"prefix": prefix, "rows": [{"ids": r} for r in rows]}
     plain_env = {"KEV_ISA": "", "KEV_GEMM_ISA": ""}
-    for mode in modes:
-        got = forward(path, tmp_path, payload, "--precision", mode, env=plain_env)
-        emulated = forward(path, tmp_path, payload, "--precision", mode, env=EMULATE)
+    for mode, extension, native_env, emulated_env in pairs:
+        got = forward(path, tmp_path, payload, "--precision", mode, env={**plain_env, **native_env})
+        emulated = forward(path, tmp_path, payload, "--precision", mode, env={**plain_env, **emulated_env})
         for i in range(len(rows)):
-            assert torch.equal(got[f"row.{i}"], emulated[f"row.{i}"]), (mode, i)
+            assert torch.equal(got[f"row.{i}"], emulated[f"row.{i}"]), (extension, i)

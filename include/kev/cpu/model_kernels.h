@@ -94,10 +94,12 @@ class ModelKernels {
 // have one run then).
 const ModelKernels& model_kernels();
 
-// KEV_INT8_KERNEL=<name> (docs/environment.md): the int8 mode runs that kernel, one of `kev cpu`'s
-// gemm_int8_kernels this CPU runs, instead of the level's choice (every int8 kernel gives the same
-// bits; for comparisons of speed). Refuses (Error, bad input) a name that is not registered here
-// or that this CPU cannot run, so a typo fails at start-up.
+// KEV_INT8_KERNEL=<name> / KEV_BF16_KERNEL=<name> (docs/environment.md): the int8 mode runs that
+// int8 kernel, the bf16 mode that dot kernel ("none": the rounding path), one of `kev cpu`'s
+// names this CPU runs, instead of the level's choice (for comparisons of speed; every int8 kernel
+// gives the same bits, bf16 dot kernels each their own within the bound of precision_kernels.h).
+// Refuses (Error, bad input) a name that is not registered here or that this CPU cannot run, and
+// (unsupported) a kernel that fails its start-up probe, so a typo fails at start-up.
 void check_kernel_environment();
 
 }  // namespace kev

@@ -10,11 +10,16 @@
 // - bf16 dot (Bf16Kernel): "none" means the bf16 mode has no dot kernel here and rounds
 //   activations to BF16 before the BF16 x FP32 GEMM (gemm.h's order). A dot kernel computes
 //   y = bf16(x) * W^T with the activations rounded to BF16 (round to nearest even, bf16.h) and
-//   one FP32 accumulator per output that takes, for k-pairs p = 0, 1, ... in ascending order,
-//   two FMAs: first the odd element (k = 2p + 1), then the even one (k = 2p), each rounded to
-//   nearest even, denormal inputs read as zero and denormal results flushed to zero. That is
-//   not the rounding path's order, so a machine with a dot kernel gives other last bits in bf16
-//   mode than one without: a different mode of the same precision, held by its own tolerance
+//   one FP32 sum per output, every operation rounded to nearest even, denormal inputs read as
+//   zero and denormal results flushed to zero, in the kernel's own order:
+//     "avx512bf16" (vdpbf16ps): for k-pairs p = 0, 1, ... in ascending order, two FMAs into the
+//       sum: first the odd element (k = 2p + 1), then the even one (k = 2p);
+//     "amxbf16" (tdpbf16ps): for chunks of 16 k-pairs in ascending order (the last zero-padded),
+//       the even elements' products summed by FMA from zero in ascending order, the odd ones'
+//       likewise, then sum += (even + odd).
+//   Neither is the rounding path's order, so a machine with a dot kernel gives other last bits
+//   in bf16 mode than one without, and the two kernels differ from each other: other modes of
+//   the same precision, each held by the same tolerance
 //   (|y - y64| <= g * sum |x_k w_k|, g = (K-1)u / (1 - (K-1)u), u = 2^-24, <= K * 2^-24 for
 //   K <= 4096, against a float64 evaluation of the same BF16 operands, plus the flushed
 //   denormals) and by the budget of docs/performance.md; still independent of the batch and the
@@ -78,7 +83,7 @@ void gemm_int4_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
 using Bf16Kernel = RegisteredKernel<struct Bf16KernelTag>;
 inline constexpr Bf16Kernel kNoBf16Kernel{};  // "none": the rounding path
 std::vector<Bf16Kernel> bf16_kernels();       // every registered one, "none" first
-const char* bf16_kernel_name(Bf16Kernel k);   // "none", "avx512bf16", "avx512bf16-emulated"
+const char* bf16_kernel_name(Bf16Kernel k);   // "none", "avx512bf16", "amxbf16", ...
 std::optional<Bf16Kernel> find_bf16_kernel(std::string_view name);
 bool bf16_kernel_supported(Bf16Kernel k);
 Bf16Kernel best_bf16_kernel();  // the dispatched dot kernel (passed its probe), else "none"

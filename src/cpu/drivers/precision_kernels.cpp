@@ -188,7 +188,9 @@ void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
   if (rows <= 0 || w.rows <= 0) return;
   const arch::Bf16Range range = kernel_range(k);
   if (threads == 0) threads = default_workers();
-  const int64_t ldxq = w.pairs * 2;
+  // Whole chunks of 16 pairs, zero-padded (what the AMX kernel's tiles read; the others read
+  // w.pairs of them).
+  const int64_t ldxq = (w.pairs + 15) / 16 * 32;
   const int64_t rows_padded = (rows + kBf16TileRows - 1) / kBf16TileRows * kBf16TileRows;
   thread_local std::vector<uint16_t> tl;
   std::vector<uint16_t>& xq = tl;  // the workers must see this thread's buffer, not their own

@@ -1,8 +1,8 @@
-// The AMX tile operations of the AMX int8 kernel (src/cpu/bodies/tile_amx_int8.inc) as the
-// instructions themselves (inline assembly: a tile register is named by a constant, so each
-// operation takes its tiles as template arguments). Only ever run after cpu_has_amx_int8()
-// (x86/levels.h), which also asked Linux for the tile state. The same operations in plain C++
-// (the emulation every machine tests with) are src/cpu/portable/amx_emu_ops.h.
+// The AMX tile operations of the AMX kernels (src/cpu/bodies/tile_amx_int8.inc, tile_amx_bf16.inc)
+// as the instructions themselves (inline assembly: a tile register is named by a constant, so each
+// operation takes its tiles as template arguments). Only ever run after cpu_has_amx_int8() or
+// cpu_has_amx_bf16() (x86/levels.h), which also asked Linux for the tile state. The same operations
+// in plain C++ (the emulation every machine tests with) are src/cpu/portable/amx_emu_ops.h.
 #pragma once
 #include <cstdint>
 
@@ -36,6 +36,11 @@ struct AmxTileOps {
   template <int C, int A, int B>
   static inline void dpbusd() {
     __asm__ volatile("tdpbusd %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(C), "i"(A), "i"(B));
+  }
+  // AMX-BF16: only after cpu_has_amx_bf16().
+  template <int C, int A, int B>
+  static inline void dpbf16ps() {
+    __asm__ volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(C), "i"(A), "i"(B));
   }
 };
 

@@ -56,20 +56,23 @@ bool cpu_has_avx512_bf16() {
 
 namespace {
 
-// CPUID.(7, 0):EDX bits 24 (AMX-TILE) and 25 (AMX-INT8).
-bool cpuid_amx_int8() {
+// CPUID.(7, 0):EDX bit 24 (AMX-TILE) and the given bit (25 AMX-INT8, 22 AMX-BF16).
+bool cpuid_amx(unsigned bit) {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-  return (d >> 24 & 1u) != 0 && (d >> 25 & 1u) != 0;
+  return (d >> 24 & 1u) != 0 && (d >> bit & 1u) != 0;
 }
 
 // Linux (5.16 and later) hands out the tile data state only to a process that asks for it;
 // without it the first tile instruction faults.
 bool os_grants_tiles() {
 #if defined(__linux__) && defined(SYS_arch_prctl)
-  constexpr long kReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
-  constexpr long kXtiledata = 18;         // XFEATURE_XTILEDATA
-  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+  static const bool granted = [] {
+    constexpr long kReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
+    constexpr long kXtiledata = 18;         // XFEATURE_XTILEDATA
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+  }();
+  return granted;
 #else
   return false;
 #endif
@@ -78,14 +81,20 @@ bool os_grants_tiles() {
 }  // namespace
 
 bool cpu_has_amx_int8() {
-  static const bool amx = isa_supported(kAvx512) && cpuid_amx_int8() && os_grants_tiles();
+  static const bool amx = isa_supported(kAvx512) && cpuid_amx(25) && os_grants_tiles();
+  return amx;
+}
+
+bool cpu_has_amx_bf16() {
+  static const bool amx = isa_supported(kAvx512) && cpuid_amx(22) && os_grants_tiles();
   return amx;
 }
 
 std::span<const Extension> extensions() {
   static constexpr Extension kExtensions[] = {{"avx512_vnni", &cpu_has_avx512_vnni},
                                               {"avx512_bf16", &cpu_has_avx512_bf16},
-                                              {"amx_int8", &cpu_has_amx_int8}};
+                                              {"amx_int8", &cpu_has_amx_int8},
+                                              {"amx_bf16", &cpu_has_amx_bf16}};
   return kExtensions;
 }
 

@@ -57,17 +57,29 @@ void bf16_range_avx512(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf1
 
 namespace kev::arch {
 
+namespace {
+// Positions in bf16_variants().
+enum Bf16Index { kAvx512Bf16Index, kAmxBf16Index, kAmxBf16EmulatedIndex };
+}  // namespace
+
 std::span<const Bf16Variant> bf16_variants() {
   static const Bf16Variant kVariants[] = {
-      {"avx512bf16", kAvx512, &cpu_has_avx512_bf16, &x86::bf16_range_avx512}};
+      {"avx512bf16", kAvx512, &cpu_has_avx512_bf16, &x86::bf16_range_avx512},
+      {"amxbf16", kAvx512, &cpu_has_amx_bf16, &x86::bf16_range_amx},
+      // Never dispatched: tests and benchmarks run it by name on any x86-64 CPU.
+      {"amxbf16-emulated", Isa::kPortable, nullptr, &x86::bf16_range_amx_emulated}};
+  static_assert(kAvx512Bf16Index == 0 && kAmxBf16Index == 1 && kAmxBf16EmulatedIndex == 2);
   return kVariants;
 }
 
+// AMX-BF16 where the CPU and the OS offer it, else AVX512-BF16, each once it passed its probe.
 int bf16_choice(Isa level) {
   if (level != kAvx512) return -1;  // before the probe: only AVX-512 runs it
   static const int index = [] {
+    if (cpu_has_amx_bf16() && probe_kernel(family_bf16_kernel(kAmxBf16Index)))
+      return int{kAmxBf16Index};
     if (!cpu_has_avx512_bf16()) return -1;
-    return probe_kernel(family_bf16_kernel(0)) ? 0 : -1;
+    return probe_kernel(family_bf16_kernel(kAvx512Bf16Index)) ? int{kAvx512Bf16Index} : -1;
   }();
   return index;
 }

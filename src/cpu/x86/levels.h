@@ -15,5 +15,6 @@ bool cpu_has_avx512_bf16();  // AVX512_BF16: vdpbf16ps
 // AMX-TILE + AMX-INT8 (tdpbssd, tdpbusd), and Linux granted this process the tile state (the
 // first call asks, once: arch_prctl ARCH_REQ_XCOMP_PERM); false elsewhere.
 bool cpu_has_amx_int8();
+bool cpu_has_amx_bf16();  // AMX-TILE + AMX-BF16 (tdpbf16ps), the same way
 
 }  // namespace kev::arch

@@ -18,6 +18,13 @@ void int8_range_amx(const int16_t* xq, int64_t kp, const float* sx, int64_t rows
                     const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
 void int8_range_amx_emulated(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                              const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
+// arch::Bf16Range through AMX-BF16 tiles (tdpbf16ps; its own order, x86/gemm_amx.cpp), and the
+// same on the plain C++ emulation of the tiles (any CPU).
+void bf16_range_amx(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf16PairMatrix& w,
+                    float* y, int64_t ldy, int64_t g0, int64_t g1);
+void bf16_range_amx_emulated(const uint16_t* xq, int64_t ldxq, int64_t rows,
+                             const Bf16PairMatrix& w, float* y, int64_t ldy, int64_t g0,
+                             int64_t g1);
 // arch::Bf16Range through vdpbf16ps (AVX512_BF16).
 void bf16_range_avx512(const uint16_t* xq, int64_t ldxq, int64_t rows, const Bf16PairMatrix& w,
                        float* y, int64_t ldy, int64_t g0, int64_t g1);

@@ -5,7 +5,10 @@
 // - the emulated kernel against the portable kernel, bit for bit, on every x86-64 machine: row
 //   counts around its steps of 16 and 32 rows, K and output tails, the activations' byte split at
 //   its edges, q4 weights, thread splits;
-// - the real kernel against the emulated one where this CPU has AMX (else GTEST_SKIP saying so).
+// - the real kernel against the emulated one where this CPU has AMX (else GTEST_SKIP saying so);
+// - the AMX-BF16 dot kernel: its emulation within the bf16 dot kernels' error bound of a float64
+//   evaluation (precision_kernels.h), independent of the batch and the threads, and the real one
+//   bit for bit equal to it where the CPU has AMX-BF16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -251,6 +254,142 @@ TEST(GemmAmxInt8, ProbePassesOnTheEmulatedKernel) {
   const std::optional<Int8Kernel> emu = kernel("amxint8-emulated");
   if (!emu) GTEST_SKIP() << "no AMX kernel in this " << arch_name() << " build";
   EXPECT_TRUE(probe_kernel(*emu)) << kernel_probe_note();
+}
+
+// ---- bf16 ----
+
+float bf16_value(uint16_t h) {
+  return bf16_to_f32(h);
+}
+
+// TDPBF16PS for one output, written from its documented steps: even and odd FMA chains from 0
+// (denormal inputs and results flushed), then c + (even + odd).
+float dpbf16_ref(float c, const uint16_t* a, const uint16_t* b, int pairs) {
+  auto flush = [](double v) {
+    const float f = static_cast<float>(v);  // the exact value rounded once (fits in double)
+    return std::fabs(f) < std::ldexp(1.0f, -126) ? std::copysign(0.0f, f) : f;
+  };
+  float even = 0.0f, odd = 0.0f;
+  for (int k = 0; k < pairs; ++k) {
+    even = flush(static_cast<double>(bf16_value(a[2 * k])) * bf16_value(b[2 * k]) + even);
+    odd = flush(static_cast<double>(bf16_value(a[2 * k + 1])) * bf16_value(b[2 * k + 1]) + odd);
+  }
+  return flush(static_cast<double>(c) + flush(static_cast<double>(even) + odd));
+}
+
+TEST(AmxEmulation, Bf16TileProductFollowsItsOrder) {
+  configure(16, 64);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> e(-6, 6), mant(0, 127), sign(0, 1);
+  auto random_bf16 = [&] {
+    return static_cast<uint16_t>(sign(rng) << 15 | (e(rng) + 127) << 7 | mant(rng));
+  };
+  uint16_t a[16][32], b[16][32];
+  float c[16][16], out[16][16];
+  for (int trial = 0; trial < 20; ++trial) {
+    for (auto& row : a)
+      for (auto& v : row) v = random_bf16();
+    for (auto& row : b)
+      for (auto& v : row) v = random_bf16();
+    for (auto& row : c)
+      for (auto& v : row) v = bf16_value(random_bf16());
+    EmuTileOps::load<0>(a, 64);
+    EmuTileOps::load<1>(b, 64);
+    EmuTileOps::load<2>(c, 64);
+    EmuTileOps::dpbf16ps<2, 0, 1>();
+    EmuTileOps::store<2>(out, 64);
+    for (int m = 0; m < 16; ++m)
+      for (int n = 0; n < 16; ++n) {
+        uint16_t col[32];
+        for (int k = 0; k < 16; ++k) {
+          col[2 * k] = b[k][2 * n];
+          col[2 * k + 1] = b[k][2 * n + 1];
+        }
+        const float want = dpbf16_ref(c[m][n], a[m], col, 16);
+        ASSERT_EQ(std::memcmp(&out[m][n], &want, 4), 0) << trial << " " << m << " " << n;
+      }
+  }
+  // The order shows: c = 1, even = 2^-24 (one product), odd = 2^-24: c + (even + odd) = 1 +
+  // 2^-23 exactly; a running sum from c would lose both halves to rounding (1 + 2^-24 = 1).
+  uint16_t a1[16][32] = {}, b1[16][32] = {};
+  float c1[16][16] = {};
+  a1[0][0] = a1[0][1] = 0x3f80;  // 1, 1
+  b1[0][0] = b1[0][1] = 0x3380;  // 2^-24
+  c1[0][0] = 1.0f;
+  EmuTileOps::load<0>(a1, 64);
+  EmuTileOps::load<1>(b1, 64);
+  EmuTileOps::load<2>(c1, 64);
+  EmuTileOps::dpbf16ps<2, 0, 1>();
+  EmuTileOps::store<2>(out, 64);
+  EXPECT_EQ(out[0][0], 1.0f + std::ldexp(1.0f, -23));
+  EmuTileOps::release();
+}
+
+std::vector<float> run_bf16(const Problem& p, const Bf16PairMatrix& w, Bf16Kernel k,
+                            size_t threads) {
+  std::vector<float> y(static_cast<size_t>(p.m * p.n), NAN);
+  gemm_bf16_pairs(k, p.x.data(), p.m, p.k, w, y.data(), p.n, threads);
+  return y;
+}
+
+// |y - y64| <= K * 2^-24 * sum |x_k w_k| (precision_kernels.h's bound for the bf16 dot kernels),
+// y64 the float64 sum of the same BF16 operands.
+void expect_bf16_bound(const Problem& p, const std::vector<float>& y, const char* what) {
+  for (int64_t m = 0; m < p.m; ++m)
+    for (int64_t n = 0; n < p.n; ++n) {
+      double sum = 0.0, mag = 0.0;
+      for (int64_t k = 0; k < p.k; ++k) {
+        const double t =
+            static_cast<double>(bf16_value(f32_to_bf16(p.x[static_cast<size_t>(m * p.k + k)]))) *
+            bf16_value(p.w[static_cast<size_t>(n * p.k + k)]);
+        sum += t;
+        mag += std::fabs(t);
+      }
+      ASSERT_LE(std::fabs(y[static_cast<size_t>(m * p.n + n)] - sum),
+                static_cast<double>(p.k) * std::ldexp(1.0, -24) * mag)
+          << what << " m " << m << " n " << n << " k " << p.k;
+    }
+}
+
+TEST(GemmAmxBf16, EmulatedWithinBoundAndBatchIndependent) {
+  const std::optional<Bf16Kernel> emu = find_bf16_kernel("amxbf16-emulated");
+  if (!emu) GTEST_SKIP() << "no AMX kernel in this " << arch_name() << " build";
+  unsigned seed = 120;
+  for (int64_t k : {1, 2, 31, 32, 33, 99, 256})
+    for (int64_t n : {1, 16, 40, 100}) {
+      const Problem p = gemm_test::make_normal(45, k, n, seed++);
+      const Bf16PairMatrix w = pack_bf16_pairs(p.mat(), 1);
+      const auto y = run_bf16(p, w, *emu, 3);
+      expect_bf16_bound(p, y, "amxbf16-emulated");
+      // A row's outputs do not depend on the rows beside it or the thread split.
+      for (int64_t m : {1, 16, 17, 33}) {
+        const Problem pm = first_rows(p, m);
+        const auto ym = run_bf16(pm, w, *emu, 1);
+        ASSERT_EQ(std::memcmp(ym.data(), y.data(), ym.size() * sizeof(float)), 0)
+            << "m " << m << " k " << k << " n " << n;
+      }
+    }
+}
+
+TEST(GemmAmxBf16, RealEqualsEmulatedBitwise) {
+  const std::optional<Bf16Kernel> real = find_bf16_kernel("amxbf16");
+  if (!real || !bf16_kernel_supported(*real))
+    GTEST_SKIP() << "this CPU (or OS) offers no AMX-BF16: only the emulated kernel runs here";
+  const std::optional<Isa> avx512 = parse_isa("avx512");
+  if (dispatch_isa("KEV_GEMM_ISA") == avx512) {
+    EXPECT_EQ(best_bf16_kernel(), *real) << "probe: " << kernel_probe_note();
+  }
+  const Bf16Kernel emu = *find_bf16_kernel("amxbf16-emulated");
+  unsigned seed = 140;
+  for (int64_t k : {2, 33, 99, 2560})
+    for (int64_t n : {16, 72, 100})
+      for (int64_t m : {1, 13, 32, 45}) {
+        const Problem p = gemm_test::make_normal(m, k, n, seed++);
+        const Bf16PairMatrix w = pack_bf16_pairs(p.mat(), 1);
+        const auto y = run_bf16(p, w, *real, 2);
+        expect_bf16_bound(p, y, "amxbf16");
+        EXPECT_TRUE(same_bits(y, run_bf16(p, w, emu, 1))) << "m " << m << " k " << k << " n " << n;
+      }
 }
 
 }  // namespace amx_test
