@@ -2,7 +2,9 @@
 // on the model's real shapes against the machine's measured peak (an FMA register loop) and
 // OpenBLAS sgemm on FP32 copies of the same weights (loaded with dlopen, so no build change).
 // The peak is measured for the GEMM's own ISA (bench/fma_peak.h: the CPU family's probe, 0 where
-// it has none): no AVX-512 code runs on a CPU without it.
+// it has none): no AVX-512 code runs on a CPU without it. The prefill is also given as a fraction
+// of its mode's own peak: that of the product instruction of the kernel the mode runs (bf16:
+// tdpbf16ps or vdpbf16ps; int8: vpdpwssd; fp32 and a bf16 without a dot kernel: FMA; 0 unknown).
 //
 // Usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] [chunked]
 //                    [fp32|bf16|int8]
@@ -21,10 +23,47 @@
 #include "kev/core/bf16.h"
 #include "kev/core/threads.h"
 #include "kev/cpu/gemm.h"
+#include "kev/cpu/model_kernels.h"
 #include "kev/model/model.h"
 
 using namespace kev;
 using Clock = std::chrono::steady_clock;
+
+// The peak a mode's projections can reach here: the product instruction of the kernel the mode
+// runs (fp32 and bf16 without a dot kernel: the GEMM ISA's FMA), in operations (2 a product) per
+// second of the mode's own products; zero where unknown (no probe, or an emulated kernel).
+struct ModePeak {
+  std::string kernel, instruction;
+  bench::Peak peak;
+};
+
+static ModePeak mode_peak(Precision p) {
+  const ModelKernels& k = model_kernels();
+  const size_t threads = default_workers();
+  const auto fma = [&](std::string kernel) {
+    return ModePeak{std::move(kernel), "fma", bench::fma_peak_gflops(best_gemm_isa(), threads)};
+  };
+  const auto dot = [&](std::string kernel, DotProbe probe, double per_product) {
+    bench::Peak r = bench::dot_peak_gops(probe, threads);
+    r.wall *= per_product, r.cpu *= per_product;
+    return ModePeak{std::move(kernel), dot_probe_name(probe), r};
+  };
+  if (p == Precision::kBf16) {
+    const std::string name = bf16_kernel_name(k.bf16_kernel());
+    if (name == "none") return fma(name);
+    if (name == "avx512bf16") return dot(name, DotProbe::kBf16Pairs, 1);
+    if (name == "amxbf16") return dot(name, DotProbe::kAmxBf16, 1);
+    return {name, "unknown", {}};
+  }
+  if (p == Precision::kInt8) {
+    const std::string name = int8_kernel_name(k.int8_kernel());
+    if (name == "avx512vnni") return dot(name, DotProbe::kInt16Pairs, 1);
+    // amxint8 multiplies each int16 activation as two bytes: two tile products per product.
+    if (name == "amxint8") return dot(name, DotProbe::kAmxInt8, 0.5);
+    return {name, "unknown", {}};
+  }
+  return fma(isa_name(best_gemm_isa()));
+}
 
 static double secs(Clock::time_point a) {
   return std::chrono::duration<double>(Clock::now() - a).count();
@@ -121,6 +160,9 @@ int main(int argc, char** argv) {
   }
   // The peak of the ISA the GEMM runs with (an AVX2 machine gets the AVX2 probe).
   bench::Peak peak = bench::fma_peak_gflops(best_gemm_isa(), default_workers());
+  const ModePeak own = mode_peak(opts.precision);
+  const double prefill_gflops = flop_tok * state_n / prefill_s / 1e9;
+  const auto fraction = [&](double of) { return of > 0 ? prefill_gflops / of : 0.0; };
   std::printf(
       "{\"isa\": \"%s\", \"precision\": \"%s\", \"threads\": %zu, \"load_s\": %.3f, "
       "\"state_tokens\": %lld, "
@@ -131,12 +173,16 @@ int main(int argc, char** argv) {
       "\"matrix_gflop_per_token\": %.4f, \"prefill_gflops\": %.2f, \"rows_gflops\": %.2f, "
       "\"gemm_shape\": [%lld, %lld, %lld], \"gemm_gflops\": %.2f, \"gemm_cpu_gflops\": %.2f, "
       "\"openblas_sgemm_gflops\": %.2f, "
-      "\"fma_peak_gflops\": %.2f, \"fma_peak_cpu_gflops\": %.2f}\n",
+      "\"fma_peak_gflops\": %.2f, \"fma_peak_cpu_gflops\": %.2f, "
+      "\"prefill_fraction_of_fma_peak\": %.3f, \"mode_kernel\": \"%s\", "
+      "\"mode_instruction\": \"%s\", \"mode_peak_gops\": %.2f, \"mode_peak_cpu_gops\": %.2f, "
+      "\"prefill_fraction_of_mode_peak\": %.3f}\n",
       isa_name(best_gemm_isa()), precision_name(opts.precision), default_workers(), load_s,
       (long long)state_n, prefill_s, state_n / prefill_s, prefill_cpu_s, (long long)rows_n,
-      (long long)row_len, rows_s, rows_n * row_len / rows_s, flop_tok / 1e9,
-      flop_tok * state_n / prefill_s / 1e9, flop_tok * rows_n * row_len / rows_s / 1e9,
-      (long long)m, (long long)k, (long long)n, gemm_gflops, gemm_cpu_gflops, blas_gflops,
-      peak.wall, peak.cpu);
+      (long long)row_len, rows_s, rows_n * row_len / rows_s, flop_tok / 1e9, prefill_gflops,
+      flop_tok * rows_n * row_len / rows_s / 1e9, (long long)m, (long long)k, (long long)n,
+      gemm_gflops, gemm_cpu_gflops, blas_gflops, peak.wall, peak.cpu, fraction(peak.wall),
+      own.kernel.c_str(), own.instruction.c_str(), own.peak.wall, own.peak.cpu,
+      fraction(own.peak.wall));
   return res.empty() ? 1 : 0;
 }

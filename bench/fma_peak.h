@@ -6,7 +6,8 @@
 // peak. The probe for an ISA is
 // only called when the CPU has it (the caller picks it from isa_supported / the running
 // ISA). The vector chains are the CPU family's (kev/cpu/peak_probe.h); a level without one
-// reports 0 (unknown), so the benchmarks build and run on any architecture.
+// reports 0 (unknown), so the benchmarks build and run on any architecture. dot_peak_gops is
+// the same for the precision modes' product instructions (vdpbf16ps, vpdpwssd, tdpbf16ps, ...).
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -92,6 +93,31 @@ inline Peak peak_one_core(Isa isa, bool fused) {
   return best;
 }
 
+// The best of three runs of a product instruction's probe on the calling thread (AMX steps
+// are 64 times the work of a vector step: fewer of them).
+inline Peak dot_peak_one_core(DotProbe p) {
+  const bool tiles = p == DotProbe::kAmxBf16 || p == DotProbe::kAmxInt8;
+  Peak best;
+  for (int t = 0; t < 3; ++t) {
+    Peak r = timed([&](long iters) { return run_dot_peak_probe(p, iters); },
+                   tiles ? 1'000'000 : 20'000'000);
+    best.wall = std::max(best.wall, r.wall);
+    best.cpu = std::max(best.cpu, r.cpu);
+  }
+  return best;
+}
+
+template <typename OneCore>
+Peak on_cores(size_t threads, OneCore one_core) {
+  std::vector<Peak> r(threads);
+  std::vector<std::thread> ts;
+  for (size_t t = 0; t < threads; ++t) ts.emplace_back([&, t] { r[t] = one_core(); });
+  for (auto& t : ts) t.join();
+  Peak sum;
+  for (const Peak& p : r) sum.wall += p.wall, sum.cpu += p.cpu;
+  return sum;
+}
+
 }  // namespace detail
 
 // GFLOP/s of FP32 FMAs with `isa`'s widest vector on `threads` cores at once (sum over cores);
@@ -101,14 +127,15 @@ inline Peak peak_one_core(Isa isa, bool fused) {
 inline Peak fma_peak_gflops(Isa isa, size_t threads, bool fused = true) {
   if (!isa_supported(isa)) return {};
   if (isa != Isa::kPortable && !has_peak_probe(isa)) return {};
-  std::vector<Peak> r(threads);
-  std::vector<std::thread> ts;
-  for (size_t t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] { r[t] = detail::peak_one_core(isa, fused); });
-  for (auto& t : ts) t.join();
-  Peak sum;
-  for (const Peak& p : r) sum.wall += p.wall, sum.cpu += p.cpu;
-  return sum;
+  return detail::on_cores(threads, [&] { return detail::peak_one_core(isa, fused); });
+}
+
+// Giga-operations per second (2 a product) of one precision-mode product instruction
+// (peak_probe.h's DotProbe) on `threads` cores at once; zero where the CPU lacks it or this
+// build has no probe for it (unknown).
+inline Peak dot_peak_gops(DotProbe p, size_t threads) {
+  if (!has_dot_peak_probe(p)) return {};
+  return detail::on_cores(threads, [&] { return detail::dot_peak_one_core(p); });
 }
 
 }  // namespace kev::bench

@@ -30,6 +30,7 @@
 #include "kev/cpu/head_kernels.h"
 #include "kev/cpu/isa.h"
 #include "kev/cpu/matrix.h"
+#include "kev/cpu/peak_probe.h"
 #include "kev/cpu/precision_kernels.h"
 #include "kev/cpu/vec.h"
 
@@ -131,5 +132,10 @@ const head_kernels::KernelSet* head(Isa level);
 // level (the benchmark reports 0, unknown).
 using FmaChains = double (*)(long iters, bool fused);
 FmaChains fma_chains(Isa level);
+// The same for one precision-mode product instruction (peak_probe.h's DotProbe), returning the
+// operations done (2 a product); nullptr: the family has no probe for it or this CPU (or OS)
+// cannot run it.
+using DotChains = double (*)(long iters);
+DotChains dot_chains(DotProbe which);
 
 }  // namespace kev::arch

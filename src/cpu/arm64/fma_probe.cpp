@@ -32,4 +32,10 @@ FmaChains fma_chains(Isa level) {
   return level == kNeon ? fma_chains_neon : nullptr;
 }
 
+// No probes for the precision modes' instructions on this family yet (the benchmarks report
+// their peaks as unknown).
+DotChains dot_chains(DotProbe) {
+  return nullptr;
+}
+
 }  // namespace kev::arch

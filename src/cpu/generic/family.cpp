@@ -61,4 +61,8 @@ FmaChains fma_chains(Isa) {
   return nullptr;
 }
 
+DotChains dot_chains(DotProbe) {
+  return nullptr;
+}
+
 }  // namespace kev::arch

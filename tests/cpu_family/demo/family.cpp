@@ -69,4 +69,8 @@ FmaChains fma_chains(Isa) {
   return nullptr;
 }
 
+DotChains dot_chains(DotProbe) {
+  return nullptr;
+}
+
 }  // namespace kev::arch
