@@ -12,6 +12,8 @@ in every mode with `kev score`, and prints per mode the distribution of max |dp|
 against kev fp32 (and against the float64 torch reference on the first --reference questions'
 requests; --widen-on-use at Kev-4B dimensions), the reference's top-2 margin distribution and
 the argmax flips (with margins).
+--bf16-classes SPEC ... (both commands): also the bf16 mode with KEV_BF16_CLASSES=SPEC, reported
+as mode "bf16[SPEC]" (e.g. `all`: every projection in bf16).
 speed: per mode, a `kev forward` of --tokens tokens minus a 1-token run (load and, for int8,
 quantization cancel), each under /usr/bin/time -v (peak RSS), alternating modes, best of 3.
 """
@@ -31,6 +33,30 @@ import kevtest  # noqa: E402
 import precision_parity as pp  # noqa: E402
 
 MODES = ("fp32", "bf16", "int8")
+
+
+def mode_run(mode):
+    """(precision, extra environment) of a reported mode: "bf16[SPEC]" is bf16 with
+    KEV_BF16_CLASSES=SPEC, "int8-all" int8 with KEV_INT8_CLASSES=all."""
+    if mode.startswith("bf16[") and mode.endswith("]"):
+        return "bf16", {"KEV_BF16_CLASSES": mode[5:-1]}
+    if mode == "int8-all":  # every projection quantized (the pre-selection int8; model.h)
+        return "int8", {"KEV_INT8_CLASSES": "all"}
+    return mode, {}
+
+
+def score_mode(bundle, reqs, mode):
+    precision, extra = mode_run(mode)
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        return pp.score(bundle, reqs, precision)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 def parity(a):
@@ -53,12 +79,13 @@ def parity(a):
         print(f"synth + pin + export: {time.time() - t0:.0f} s", flush=True)
     reqs = pp.requests(a.questions, seed=a.seed)
     got, secs = load_saved(a)
-    for mode in a.modes:
+    modes = list(a.modes) + [f"bf16[{spec}]" for spec in a.bf16_classes]
+    for mode in modes:
         if mode in got:
             print(f"{mode}: {len(got[mode])} questions read from {a.save}", flush=True)
             continue
         t0 = time.time()
-        got[mode] = pp.score(bundle, reqs, mode)
+        got[mode] = score_mode(bundle, reqs, mode)
         secs[mode] = time.time() - t0
         print(f"{mode}: {len(got[mode])} questions scored in {secs[mode]:.1f} s", flush=True)
         if a.save:  # after every mode: a long run stopped part-way keeps what it scored
@@ -67,7 +94,7 @@ def parity(a):
             os.replace(a.save + ".tmp", a.save)
     result = {"shape": a.shape, "layers": a.layers, "temperature": a.temperature, "modes": {},
               "score_s": secs}
-    for mode in [m for m in a.modes if m != "fp32"]:
+    for mode in [m for m in modes if m != "fp32"]:
         c = pp.compare(got[mode], got["fp32"])
         result["modes"][mode] = {"vs_fp32": pp.summary(c), "within_budget_vs_fp32": pp.within_budget(c)}
         # The same answers at softer head temperatures (p ~ softmax(l / T): log p rescales exactly).
@@ -88,7 +115,7 @@ def parity(a):
         ref = ScoringReference(os.path.join(work, "synth"), widen_on_use=a.widen_on_use)
         f64 = pp.reference_probs(ref.score(sub))
         print(f"float64 reference: {len(f64)} questions in {time.time() - t0:.0f} s", flush=True)
-        for mode in a.modes:
+        for mode in modes:
             c = pp.compare(got[mode][:len(f64)], f64)
             result["modes"].setdefault(mode, {})["vs_float64"] = pp.summary(c)
             result["modes"][mode]["within_budget_vs_float64"] = pp.within_budget(c)
@@ -99,6 +126,7 @@ def saved_key(a):
     """What the saved probabilities depend on (the bundle's own options are fixed by WORK)."""
     return {"work": os.path.abspath(a.work), "questions": a.questions, "seed": a.seed,
             "int8_classes": os.environ.get("KEV_INT8_CLASSES"),
+            "bf16_classes": os.environ.get("KEV_BF16_CLASSES"), "bf16_kernel": os.environ.get("KEV_BF16_KERNEL"),
             "emulate": os.environ.get("KEV_AVX512_EMULATE")}
 
 
@@ -114,9 +142,8 @@ def load_saved(a):
 
 
 def timed_forward(kev, model, ids, mode, threads, tmp):
-    env = dict(os.environ)
-    if mode == "int8-all":  # every projection quantized (the pre-selection int8; model.h)
-        mode, env["KEV_INT8_CLASSES"] = "int8", "all"
+    mode, extra = mode_run(mode)
+    env = {**os.environ, **extra}
     inp = os.path.join(tmp, "in.json")
     with open(inp, "w") as f:
         json.dump({"rows": [{"ids": ids}]}, f)
@@ -132,7 +159,7 @@ def timed_forward(kev, model, ids, mode, threads, tmp):
 
 def speed(a):
     ids = [(i * 7919) % 100000 + 10 for i in range(a.tokens)]
-    modes = tuple(a.modes) + (("int8-all",) if a.int8_all else ())
+    modes = tuple(a.modes) + (("int8-all",) if a.int8_all else ()) + tuple(f"bf16[{c}]" for c in a.bf16_classes)
     best = {m: {"prefill_s": 1e9, "prefill_cpu_s": 1e9, "rss_kib": 0} for m in modes}
     with tempfile.TemporaryDirectory(prefix="prec-speed-") as tmp:
         for _ in range(a.rounds):
@@ -187,6 +214,9 @@ def main():
     s.add_argument("--int8-all", action="store_true",
                    help="also time int8 with every projection quantized (KEV_INT8_CLASSES=all)")
     s.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    for q in (p, s):
+        q.add_argument("--bf16-classes", nargs="+", default=[], metavar="SPEC",
+                       help="also the bf16 mode with KEV_BF16_CLASSES=SPEC (mode \"bf16[SPEC]\")")
     a = ap.parse_args()
     parity(a) if a.cmd == "parity" else speed(a)
 

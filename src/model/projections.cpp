@@ -14,18 +14,26 @@ namespace kev {
 
 std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelKernels& k,
                                              size_t threads) {
-  // bf16 reduces the rows int8's default selection quantizes (model.h): one range of rows per
-  // projection. With a dot kernel those rows are read from its own packed copy and their mapped
-  // BF16 pages leave the resident set, as for int8 below (so bf16 holds one copy).
+  // bf16 reduces every projection but the GDN query and key rows (bf16_default_spec, model.h): one
+  // range of rows per projection. With a dot kernel those rows are read from its own packed copy
+  // and their mapped BF16 pages leave the resident set, as for int8 below (so bf16 holds one
+  // copy). KEV_BF16_CLASSES replaces the selection (the grammar of KEV_INT8_CLASSES).
   auto d = std::make_unique<Bf16DotWeights>();
   d->packed = k.has_bf16_dot();
-  const QuantSpecs specs{int8_default_spec(w.config().layers), "", "", ""};
+  const char* env = std::getenv("KEV_BF16_CLASSES");
+  const bool named = env && *env;
+  const QuantSpecs specs{named ? std::string(env) : bf16_default_spec(), "", "KEV_BF16_CLASSES",
+                         ""};
   for (const ProjectionPlan& plan : quantization_plan(w.config(), specs)) {
     const Bf16Matrix& m = *w.projections().at(plan.name);
     for (const RowPart& r : plan.parts) {
       if (r.kind == WeightKind::kExact) continue;
-      if (d->by_data.count(m.data))
-        fail(ErrorKind::kInternal, "bf16: {} has more than one reduced range", plan.name);
+      if (d->by_data.count(m.data))  // the GDN q and v rows reduced with k exact between them
+        fail(named ? ErrorKind::kBadInput : ErrorKind::kInternal,
+             "KEV_BF16_CLASSES: {} would run two separate row ranges in bf16; the bf16 mode "
+             "reduces one range of rows per projection (reduce gdn_k with them, or leave gdn_q "
+             "exact)",
+             plan.name);
       Bf16Part part{r.row0, r.row1, {}};
       if (d->packed) {
         part.pairs = k.pack_bf16(rows_of(m, r.row0, r.row1), threads);

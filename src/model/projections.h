@@ -59,9 +59,9 @@ inline Bf16Matrix rows_of(const Bf16Matrix& m, int64_t r0, int64_t r1) {
   return Bf16Matrix{m.data + r0 * m.cols, r1 - r0, m.cols};
 }
 
-// kBf16's projections (int8's default selection) and kInt8's (the default selection, or
-// KEV_INT8_CLASSES; a quantized bundle's stored parts), built once; the copied rows' mapped
-// pages are released.
+// kBf16's projections (bf16_default_spec, or KEV_BF16_CLASSES: one range of rows per
+// projection, else Error(kBadInput)) and kInt8's (the default selection, or KEV_INT8_CLASSES; a
+// quantized bundle's stored parts), built once; the copied rows' mapped pages are released.
 // kBf16 packs for `kernels`' bf16 dot kernel where it has one.
 std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelKernels& kernels,
                                              size_t threads);

@@ -98,6 +98,14 @@ std::string int8_default_spec(int64_t layers) {
   return spec;
 }
 
+std::string bf16_default_spec() {
+  std::string spec;
+  for (int c = 0; c < kClasses; ++c)
+    if (c != kGdnQ && c != kGdnK)
+      spec += fmt::format("{}{}", spec.empty() ? "" : ",", kClassNames[c]);
+  return spec;
+}
+
 std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantSpecs& specs) {
   const Selection q8 = parse_spec(specs.q8, c.layers, specs.q8_what);
   const Selection q4 = parse_spec(specs.q4, c.layers, specs.q4_what);

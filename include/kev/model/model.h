@@ -12,18 +12,18 @@
 //   (attention q/k/v/o, GDN in_proj_qkv / in_proj_z / out_proj, MLP gate/up/down); norms, the GDN
 //   a/b gate projections, the conv and recurrence, attention scores and softmax and the
 //   embedding stay FP32 in every mode. kFp32 (default) is the exact reference-parity mode above.
-//   The fast modes reduce a selection of those projections (every projection but those of the
-//   first quarter of the layers, rounded up, and the query and key rows of each GDN
-//   in_proj_qkv, which stay exact FP32; KEV_INT8_CLASSES replaces that choice for parity
-//   studies, docs/environment.md): kBf16 multiplies BF16-rounded activation rows (round to
-//   nearest even) with the BF16 weights, exact products summed in FP32; kInt8 quantizes those
-//   weights once, blockwise symmetric (1.125 bytes per weight held; their BF16 pages are
-//   released), and the activations per row and block at every call, with integer dot products.
-//   Every mode keeps the batch- and thread-independence above (bitwise), and kFp32 and kInt8
-//   give the same bits at every instruction-set level; kBf16's last bits may differ between
-//   CPUs (a CPU with a BF16 dot-product unit sums in that unit's order; the kernel layer, which
-//   level, cpu/precision_kernels.h). The fast modes carry a parity budget against kFp32 and the
-//   float64 reference (docs/performance.md, tests/oracle/test_precision.py), not equality.
+//   The fast modes reduce a selection of those projections, the rest staying exact FP32 (int8:
+//   every projection but those of the first quarter of the layers, rounded up, and the query
+//   and key rows of each GDN in_proj_qkv; bf16: every projection but those query and key rows;
+//   KEV_INT8_CLASSES / KEV_BF16_CLASSES replace them, docs/environment.md): kBf16 multiplies
+//   BF16-rounded activation rows (round to nearest even) with the BF16 weights, exact products
+//   summed in FP32; kInt8 quantizes those weights once, blockwise symmetric (1.125 bytes per weight
+//   held; their BF16 pages are released), and the activations per row and block at every call, with
+//   integer dot products. Every mode keeps the batch- and thread-independence above (bitwise), and
+//   kFp32 and kInt8 give the same bits at every instruction-set level; kBf16's last bits may differ
+//   between CPUs (a CPU with a BF16 dot-product unit sums in that unit's order; the kernel layer,
+//   which level, cpu/precision_kernels.h). The fast modes carry a parity budget against kFp32 and
+//   the float64 reference (docs/performance.md, tests/oracle/test_precision.py), not equality.
 // - PrefixState is an immutable value: run_rows/extend only read it. One run_rows pass may mix
 //   rows of different prefixes; a row only ever reads its own prefix's cache. A state is read
 //   only by a model whose backend is of the kind that made it (another is Error(kInternal)).

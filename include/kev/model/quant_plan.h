@@ -45,5 +45,8 @@ std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantS
 // The int8 mode's default selection (docs/notes/int8-study.md): every projection from the
 // second quarter of the layers on (rounded up), except the GDN query and key rows.
 std::string int8_default_spec(int64_t layers);
+// The bf16 mode's (the same notes, "bf16's selection"): every projection of every layer except the
+// GDN query and key rows.
+std::string bf16_default_spec();
 
 }  // namespace kev
