@@ -48,8 +48,11 @@ class CpuBackend final : public Backend {
                                  precision_name(o.precision),
                                  o.gdn == GdnMode::kChunked ? "chunked" : "recurrent");
     // fp32 and int8 give the same bits on every CPU; bf16's dot kernel sums in its own order.
+    // Which projections a fast mode reduces changes the bits too.
     if (o.precision == Precision::kBf16)
-      id += fmt::format("; bf16 dot {}", bf16_kernel_name(kernels_.bf16_kernel()));
+      id += fmt::format("; bf16 dot {}; reduced {}", bf16_kernel_name(kernels_.bf16_kernel()),
+                        bf16_selection());
+    if (o.precision == Precision::kInt8) id += fmt::format("; reduced {}", int8_selection(w_));
     return id;
   }
   void write_state(const PrefixState& s, const StateSink& out) const override {

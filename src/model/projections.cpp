@@ -12,6 +12,17 @@
 
 namespace kev {
 
+std::string bf16_selection() {
+  const char* env = std::getenv("KEV_BF16_CLASSES");
+  return env && *env ? std::string(env) : bf16_default_spec();
+}
+
+std::string int8_selection(const ModelWeights& w) {
+  if (w.quantized()) return "stored";
+  const char* env = std::getenv("KEV_INT8_CLASSES");
+  return env && *env ? std::string(env) : int8_default_spec(w.config().layers);
+}
+
 std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelKernels& k,
                                              size_t threads) {
   // bf16 reduces every projection but the GDN query and key rows (bf16_default_spec, model.h): one
@@ -22,8 +33,7 @@ std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelK
   d->packed = k.has_bf16_dot();
   const char* env = std::getenv("KEV_BF16_CLASSES");
   const bool named = env && *env;
-  const QuantSpecs specs{named ? std::string(env) : bf16_default_spec(), "", "KEV_BF16_CLASSES",
-                         ""};
+  const QuantSpecs specs{bf16_selection(), "", "KEV_BF16_CLASSES", ""};
   for (const ProjectionPlan& plan : quantization_plan(w.config(), specs)) {
     const Bf16Matrix& m = *w.projections().at(plan.name);
     for (const RowPart& r : plan.parts) {
@@ -92,8 +102,7 @@ std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads)
   }
   // Each quantized range's BF16 pages leave the resident set once copied, so int8 does not hold
   // both (the mapping stays valid: fp32/bf16 later fault them back in).
-  const QuantSpecs specs{env && *env ? std::string(env) : int8_default_spec(w.config().layers), "",
-                         "KEV_INT8_CLASSES", ""};
+  const QuantSpecs specs{int8_selection(w), "", "KEV_INT8_CLASSES", ""};
   for (const ProjectionPlan& plan : quantization_plan(w.config(), specs)) {
     if (!plan.reduced()) continue;
     const Bf16Matrix& m = *w.projections().at(plan.name);

@@ -59,6 +59,12 @@ inline Bf16Matrix rows_of(const Bf16Matrix& m, int64_t r0, int64_t r1) {
   return Bf16Matrix{m.data + r0 * m.cols, r1 - r0, m.cols};
 }
 
+// The selection spec (quant_plan.h) each fast mode reduces: KEV_BF16_CLASSES / KEV_INT8_CLASSES
+// where set, else the mode's default; "stored" for int8 on a quantized bundle (its own parts).
+// Part of a saved state's identity, since the selection changes the bits.
+std::string bf16_selection();
+std::string int8_selection(const ModelWeights& w);
+
 // kBf16's projections (bf16_default_spec, or KEV_BF16_CLASSES: one range of rows per
 // projection, else Error(kBadInput)) and kInt8's (the default selection, or KEV_INT8_CLASSES; a
 // quantized bundle's stored parts), built once; the copied rows' mapped pages are released.

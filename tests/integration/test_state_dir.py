@@ -521,6 +521,27 @@ def test_score_command_continues_across_invocations(bundle, tmp_path):
     assert_whole(root)
 
 
+
+@pytest.mark.parametrize("precision,variable", [("int8", "KEV_INT8_CLASSES"), ("bf16", "KEV_BF16_CLASSES")])
+def test_states_of_another_selection_are_not_continued(bundle, tmp_path, precision, variable):
+    """Which projections a fast mode reduces changes its bits, so it is part of a state's
+    identity: a state saved under another selection is never continued from."""
+    root = str(tmp_path / "states")
+    req = json.dumps(requests(append_only("sel", 2))[1])
+    warm = ("--usage-details", "--cache-checkpoint-tokens", "32", "--state-dir", root, "--precision", precision)
+    run_kev("score", "--bundle", bundle, *warm, input=req, env={variable: "all"})
+    assert assert_whole(root) >= 1
+    got = json.loads(run_kev("score", "--bundle", bundle, *warm, input=req).stdout)
+    assert got["usage"]["cached_tokens"] == 0, got["usage"]
+    want = json.loads(run_kev("score", "--bundle", bundle, "--usage-details", "--cache-entries", "0",
+                              "--precision", precision, input=req).stdout)
+    assert comparable(got) == comparable(want)
+    # Both selections' states are kept, each under its own identity.
+    identities = [open(os.path.join(root, d, "identity.txt")).read() for d in sorted(os.listdir(root))
+                  if os.path.isfile(os.path.join(root, d, "identity.txt"))]
+    assert len(identities) == 2 and sum("; reduced all" in t for t in identities) == 1, identities
+
+
 # ---- 6. the byte bound ----
 
 def test_directory_stays_within_its_byte_bound(bundle, cold, servers, tmp_path):
