@@ -6,13 +6,19 @@ Request: a state of ~270 tokens and 5 questions (choice x3, noul, score).
 
 Native: one `kev score --jsonl` process (model loaded once) answers the request cold, then
 again with its state prefix cached, then a stream of further requests sharing that state;
-latencies come from each response's latency_ms, the stream rate from wall time.
+latencies come from each response's latency_ms, the stream rate from wall time. Then, per
+--precision, the cost of one decision on a new state: another process answers a warm-up request,
+then --stream requests whose states all differ (each one's whole prefill and its questions, as a
+server sees new conversations): the median latency_ms is decision_ms.
 Torch: tests/oracle/score_reference.py's path in float32 eager (the same encoding, weights and
 head), which runs every question as its own full causal row (state + branch) as a torch user
 without a prefix cache would.
 
 Usage: /usr/bin/python3 bench/score_bench.py --kev build/release/kev --work /tmp/kev-score-bench
-       [--stream 8] [--torch-threads 2] [--skip-torch]
+       [--stream 8] [--torch-threads 2] [--skip-torch] [--state-tokens 270] [--questions 5]
+       [--precision fp32 bf16 int8]
+A typical decision (a ~100-token state, 3 questions) in every mode, without torch:
+       --state-tokens 100 --questions 3 --precision fp32 bf16 int8 --stream 16 --skip-torch
 """
 import argparse
 import json
@@ -51,7 +57,7 @@ def build_bundle(binary, work):
     return bundle, synth
 
 
-def make_request(binary, bundle, state_tokens):
+def make_request(binary, bundle, state_tokens, count):
     questions = {
         "next": {"type": "choice", "instructions": "What should the agent do next?",
                  "criteria": {"ship": "confirm the delivery date", "refund": None, "escalate": "hand to a human",
@@ -63,6 +69,7 @@ def make_request(binary, bundle, state_tokens):
         "mood": {"type": "score", "instructions": "How satisfied is the customer?",
                  "criteria": ["furious", "annoyed", "neutral", "content", "happy"]},
     }
+    questions = dict(list(questions.items())[:count])
     n = 10
     while True:  # grow the state until the encoding's state prefix reaches the target
         state = " ".join(WORDS[i % len(WORDS)] for i in range(n))
@@ -86,6 +93,18 @@ def native(binary, bundle, req, stream):
             "state_tokens": res[0]["usage"]["state_tokens"], "answers": res[0]["answers"]}
 
 
+def decisions(binary, bundle, req, count, precision):
+    """Median latency_ms of `count` requests on states that all differ (after a warm-up one)."""
+    words = req["state"].split()
+    reqs = [dict(req, state=" ".join(words[i % len(words):] + words[:i % len(words)]) + f" #{i}")
+            for i in range(count + 1)]
+    out = kev(binary, "score", "--bundle", bundle, "--jsonl", "--precision", precision,
+              input="".join(json.dumps(r) + "\n" for r in reqs))
+    ms = sorted(json.loads(line)["latency_ms"] for line in out.splitlines()[1:])
+    return {"decision_ms": round(ms[len(ms) // 2], 2), "decision_ms_min": round(ms[0], 2),
+            "decision_ms_max": round(ms[-1], 2), "requests": count}
+
+
 def torch_reference(synth, req, threads):
     from score_reference import ScoringReference
     torch.set_num_threads(threads)
@@ -104,14 +123,20 @@ def main():
     ap.add_argument("--stream", type=int, default=8)
     ap.add_argument("--torch-threads", type=int, default=os.cpu_count())
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--questions", type=int, default=5, choices=range(1, 6), help="how many of the 5 questions")
+    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16", "int8"),
+                    help="modes whose decision_ms is measured")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     bundle, synth = build_bundle(a.kev, a.work)
-    req, enc = make_request(a.kev, bundle, a.state_tokens)
+    req, enc = make_request(a.kev, bundle, a.state_tokens, a.questions)
     n = native(a.kev, bundle, req, a.stream)
-    report = {"state_tokens": n["state_tokens"], "input_tokens": n["input_tokens"],
+    report = {"state_tokens": n["state_tokens"], "input_tokens": n["input_tokens"], "questions": a.questions,
               "native_cold_ms": n["cold_ms"], "native_cached_ms": n["cached_ms"],
-              "native_stream_req_per_s": n["stream_req_per_s"], "native_process_wall_s": n["process_wall_s"]}
+              "native_stream_req_per_s": n["stream_req_per_s"], "native_process_wall_s": n["process_wall_s"],
+              "cpu": json.loads(kev(a.kev, "cpu"))["kernels"]}
+    for precision in a.precision:
+        report["decision_" + precision] = decisions(a.kev, bundle, req, a.stream, precision)
     if not a.skip_torch:
         t = torch_reference(synth, req, a.torch_threads)
         report.update({"torch_request_ms": t["request_ms"], "torch_threads": a.torch_threads,
