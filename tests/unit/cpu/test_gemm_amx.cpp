@@ -392,5 +392,34 @@ TEST(GemmAmxBf16, RealEqualsEmulatedBitwise) {
       }
 }
 
+// Into a wider output (a projection's reduced rows are a column range of y): every output of the
+// range written with the same bits as into its own array, nothing outside it touched.
+TEST(GemmAmxBf16, WritesOnlyItsColumnsOfAWiderOutput) {
+  std::vector<Bf16Kernel> kernels;
+  for (const char* name : {"amxbf16-emulated", "amxbf16"})
+    if (const std::optional<Bf16Kernel> k = find_bf16_kernel(name); k && bf16_kernel_supported(*k))
+      kernels.push_back(*k);
+  if (kernels.empty()) GTEST_SKIP() << "no AMX kernel in this " << arch_name() << " build";
+  unsigned seed = 170;
+  for (const Bf16Kernel k : kernels)
+    for (int64_t n : {16, 40, 64})
+      for (int64_t m : {13, 32, 45, 64}) {
+        const Problem p = gemm_test::make_normal(m, 99, n, seed++);
+        const Bf16PairMatrix w = pack_bf16_pairs(p.mat(), 1);
+        const std::vector<float> own = run_bf16(p, w, k, 2);
+        const int64_t left = 8, ldy = n + 24;
+        std::vector<float> wide(static_cast<size_t>(m * ldy), -7.0f);
+        gemm_bf16_pairs(k, p.x.data(), p.m, p.k, w, wide.data() + left, ldy, 2);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t c = 0; c < ldy; ++c) {
+            const float got = wide[static_cast<size_t>(r * ldy + c)];
+            const bool inside = c >= left && c < left + n;
+            const float want = inside ? own[static_cast<size_t>(r * n + c - left)] : -7.0f;
+            ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+                << bf16_kernel_name(k) << " m " << m << " n " << n << " row " << r << " col " << c;
+          }
+      }
+}
+
 }  // namespace amx_test
 }  // namespace kev
