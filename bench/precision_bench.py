@@ -15,7 +15,8 @@ the argmax flips (with margins).
 --bf16-classes SPEC ... (both commands): also the bf16 mode with KEV_BF16_CLASSES=SPEC, reported
 as mode "bf16[SPEC]" (e.g. `all`: every projection in bf16).
 speed: per mode, a `kev forward` of --tokens tokens minus a 1-token run (load and, for int8,
-quantization cancel), each under /usr/bin/time -v (peak RSS), alternating modes, best of 3.
+quantization cancel), each under /usr/bin/time -v (peak RSS), alternating modes, --rounds
+rounds: the fastest N-token run less the fastest 1-token run.
 """
 import argparse
 import json
@@ -160,17 +161,21 @@ def timed_forward(kev, model, ids, mode, threads, tmp):
 def speed(a):
     ids = [(i * 7919) % 100000 + 10 for i in range(a.tokens)]
     modes = tuple(a.modes) + (("int8-all",) if a.int8_all else ()) + tuple(f"bf16[{c}]" for c in a.bf16_classes)
-    best = {m: {"prefill_s": 1e9, "prefill_cpu_s": 1e9, "rss_kib": 0} for m in modes}
+    runs = {m: {"w1": [], "c1": [], "wn": [], "cn": [], "rss_kib": 0} for m in modes}
     with tempfile.TemporaryDirectory(prefix="prec-speed-") as tmp:
         for _ in range(a.rounds):
             for mode in modes:
                 w1, c1, _ = timed_forward(a.kev, a.model, ids[:1], mode, a.threads, tmp)
                 wn, cn, rss = timed_forward(a.kev, a.model, ids, mode, a.threads, tmp)
-                b = best[mode]
-                b["prefill_s"] = min(b["prefill_s"], wn - w1)
-                b["prefill_cpu_s"] = min(b["prefill_cpu_s"], cn - c1)
-                b["rss_kib"] = max(b["rss_kib"], rss)
+                r = runs[mode]
+                r["w1"].append(w1), r["c1"].append(c1), r["wn"].append(wn), r["cn"].append(cn)
+                r["rss_kib"] = max(r["rss_kib"], rss)
                 print(mode, f"wall {wn - w1:.2f} s cpu {cn - c1:.2f} s rss {rss} KiB", flush=True)
+    # The fastest N-token run less the fastest 1-token run: a load that ran slow (a fast mode's
+    # load varies by tenths of a second) never shortens the prefill, as pairing within a round
+    # could when the 1-token run's load was the slow one.
+    best = {m: {"prefill_s": min(r["wn"]) - min(r["w1"]), "prefill_cpu_s": min(r["cn"]) - min(r["c1"]),
+                "rss_kib": r["rss_kib"]} for m, r in runs.items()}
     cpu = subprocess.run([a.kev, "cpu"], capture_output=True, text=True).stdout.strip()
     for m in modes:
         best[m]["tok_s"] = a.tokens / best[m]["prefill_s"]
