@@ -31,9 +31,9 @@ std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelK
   // copy). KEV_BF16_CLASSES replaces the selection (the grammar of KEV_INT8_CLASSES).
   auto d = std::make_unique<Bf16DotWeights>();
   d->packed = k.has_bf16_dot();
-  const char* env = std::getenv("KEV_BF16_CLASSES");
-  const bool named = env && *env;
-  const QuantSpecs specs{bf16_selection(), "", "KEV_BF16_CLASSES", ""};
+  const std::string selection = bf16_selection();
+  const bool named = selection != bf16_default_spec();  // the default never gives two ranges
+  const QuantSpecs specs{selection, "", "KEV_BF16_CLASSES", ""};
   for (const ProjectionPlan& plan : quantization_plan(w.config(), specs)) {
     const Bf16Matrix& m = *w.projections().at(plan.name);
     for (const RowPart& r : plan.parts) {

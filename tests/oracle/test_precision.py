@@ -39,6 +39,8 @@ MODES = ("bf16", "int8")
 TEMPERATURE = 0.5  # of the test bundle's head, where every mode is checked
 MIN_MARGIN_P50 = 0.08  # the reference's top-2 margin median must reach this
 HIDDEN_BUDGET = {"fp32": 1e-5, "bf16": 5e-3, "int8": 1e-2}
+CLASSES = ("attn_q", "attn_k", "attn_v", "attn_o", "gdn_q", "gdn_k", "gdn_v", "gdn_z", "gdn_out", "mlp_gate",
+           "mlp_up", "mlp_down")  # the selection classes (quant_plan.h)
 DIMS_08B = dict(ref.TINY, hidden=1024, intermediate=3584, layers=4, heads=8, kv_heads=2, head_dim=256,
                 lin_k_heads=16, lin_v_heads=16, lin_k_dim=128, lin_v_dim=128, vocab=512)
 
@@ -136,6 +138,12 @@ def test_projection_selection(backbone, tmp_path, mode, variable):
     default = forward(path, tmp_path, payload, "--precision", mode)["row.0"]
     every = forward(path, tmp_path, payload, "--precision", mode, env={variable: "all"})["row.0"]
     assert not torch.equal(default, fp32) and not torch.equal(default, every)
+    # The default is the documented selection (model.h), spelled out here: bf16 every class but
+    # the GDN query and key rows; int8 the same from the second quarter of the 4 layers on.
+    kept = [c for c in CLASSES if c not in ("gdn_q", "gdn_k")]
+    spelled = ",".join(kept) if mode == "bf16" else ",".join(f"{c}@1-3" for c in kept)
+    assert torch.equal(forward(path, tmp_path, payload, "--precision", mode, env={variable: spelled})["row.0"],
+                       default)
     if mode == "bf16":
         expected = oracle.forward(prefix + row, list(range(len(prefix) + len(row))))[len(prefix):]
         rel = ((every.double() - expected).norm() / expected.norm()).item()
