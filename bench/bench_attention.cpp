@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "fma_peak.h"
 #include "kev/core/aligned.h"
 #include "kev/cpu/isa.h"
@@ -43,29 +44,19 @@ struct Options {
   std::exit(2);
 }
 
-long long number(const char* s, long long lo, long long hi, const char* name) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s, &end, 10);
-  if (end == s || *end != '\0' || v < lo || v > hi) usage(name);
-  return v;
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-    const char* v = argv[++i];
-    if (a == "--keys")
-      o.keys = number(v, kBlockKeys, 1 << 20, "--keys: out of range");
-    else if (a == "--kv-heads")
-      o.kv_heads = number(v, 1, 16, "--kv-heads: out of range");
-    else if (a == "--reps")
-      o.reps = static_cast<int>(number(v, 1, 100, "--reps: out of range"));
-    else if (a == "--isa")
-      o.isa = v;
+  for (bench::ArgPairs a(argc, argv, usage); a.next();) {
+    if (a.is("--keys"))
+      o.keys = a.integer(kBlockKeys, 1 << 20);
+    else if (a.is("--kv-heads"))
+      o.kv_heads = a.integer(1, 16);
+    else if (a.is("--reps"))
+      o.reps = static_cast<int>(a.integer(1, 100));
+    else if (a.is("--isa"))
+      o.isa = a.value();
     else
-      usage(("unknown option " + a).c_str());
+      a.unknown();
   }
   if (o.keys % kBlockKeys != 0) usage("--keys: not a multiple of 128");
   return o;
@@ -127,11 +118,5 @@ void run(Isa isa, const Options& o) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  if (!o.isa.empty()) {
-    const auto isa = parse_isa(o.isa);
-    if (!isa || !isa_supported(*isa)) usage(("--isa: not a level this CPU runs: " + o.isa).c_str());
-    run(*isa, o);
-    return 0;
-  }
-  for (Isa isa : supported_isas()) run(isa, o);
+  bench::for_levels(o.isa, usage, [&](Isa isa) { run(isa, o); });
 }

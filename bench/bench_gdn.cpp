@@ -13,10 +13,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "fma_peak.h"
 #include "kev/cpu/isa.h"
 #include "kev/cpu/vec.h"
@@ -41,40 +41,24 @@ struct Options {
   std::exit(2);
 }
 
-long long number(const char* s, long long lo, long long hi, const char* name) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s, &end, 10);
-  if (end == s || *end != '\0' || v < lo || v > hi) usage(name);
-  return v;
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-    const char* v = argv[++i];
-    if (a == "--tokens")
-      o.tokens = number(v, 1, 65536, "--tokens: out of range");
-    else if (a == "--heads")
-      o.heads = number(v, 1, 64, "--heads: out of range");
-    else if (a == "--stride")
-      o.stride = number(v, 1, 65536, "--stride: out of range");
-    else if (a == "--reps")
-      o.reps = static_cast<int>(number(v, 1, 100, "--reps: out of range"));
-    else if (a == "--isa")
-      o.isa = v;
+  for (bench::ArgPairs a(argc, argv, usage); a.next();) {
+    if (a.is("--tokens"))
+      o.tokens = a.integer(1, 65536);
+    else if (a.is("--heads"))
+      o.heads = a.integer(1, 64);
+    else if (a.is("--stride"))
+      o.stride = a.integer(1, 65536);
+    else if (a.is("--reps"))
+      o.reps = static_cast<int>(a.integer(1, 100));
+    else if (a.is("--isa"))
+      o.isa = a.value();
     else
-      usage(("unknown option " + a).c_str());
+      a.unknown();
   }
   if (o.stride < 3 * kDim * o.heads) usage("--stride: smaller than q, k and v of every head");
   return o;
-}
-
-double thread_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 void run(Isa isa, const Options& o) {
@@ -90,14 +74,14 @@ void run(Isa isa, const Options& o) {
   double best = 1e300;
   for (int r = 0; r < o.reps; ++r) {
     std::fill(state.begin(), state.end(), 0.01f);
-    const double c0 = thread_cpu_seconds();
+    const double c0 = bench::detail::thread_cpu_seconds();
     for (int64_t hh = 0; hh < h; ++hh) {  // q | k | v of every head in one row, as the forward
       const float* q = qkv.data() + hh * kDim;
       vec::gdn_steps_isa(isa, state.data() + hh * kDim * kDim, kDim, kDim, n,
                          {q, q + h * kDim, q + 2 * h * kDim, o.stride, eg.data(), beta.data(),
                           out.data() + hh * kDim, h * kDim});
     }
-    best = std::min(best, thread_cpu_seconds() - c0);
+    best = std::min(best, bench::detail::thread_cpu_seconds() - c0);
   }
   const double elements = static_cast<double>(n * h) * kDim * kDim;  // per token and element
   const double gflops = 7.0 * elements / best / 1e9;
@@ -118,11 +102,5 @@ void run(Isa isa, const Options& o) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  if (!o.isa.empty()) {
-    const auto isa = parse_isa(o.isa);
-    if (!isa || !isa_supported(*isa)) usage(("--isa: not a level this CPU runs: " + o.isa).c_str());
-    run(*isa, o);
-    return 0;
-  }
-  for (Isa isa : supported_isas()) run(isa, o);
+  bench::for_levels(o.isa, usage, [&](Isa isa) { run(isa, o); });
 }
