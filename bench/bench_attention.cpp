@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <string>
 #include <vector>
 
@@ -62,20 +61,14 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double thread_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // GFLOP per CPU-second of the best of `reps` passes of `pass` (which does `flop` FLOPs).
 template <class Pass>
 double best_gflops(int reps, double flop, Pass pass) {
   double best = 0;
   for (int r = 0; r < reps; ++r) {
-    const double c0 = thread_cpu_seconds();
+    const double c0 = bench::detail::thread_cpu_seconds();
     pass();
-    best = std::max(best, flop / (thread_cpu_seconds() - c0) / 1e9);
+    best = std::max(best, flop / (bench::detail::thread_cpu_seconds() - c0) / 1e9);
   }
   return best;
 }

@@ -168,7 +168,8 @@ def speed(a):
                 w1, c1, _ = timed_forward(a.kev, a.model, ids[:1], mode, a.threads, tmp)
                 wn, cn, rss = timed_forward(a.kev, a.model, ids, mode, a.threads, tmp)
                 r = runs[mode]
-                r["w1"].append(w1), r["c1"].append(c1), r["wn"].append(wn), r["cn"].append(cn)
+                for key, value in (("w1", w1), ("c1", c1), ("wn", wn), ("cn", cn)):
+                    r[key].append(value)
                 r["rss_kib"] = max(r["rss_kib"], rss)
                 print(mode, f"wall {wn - w1:.2f} s cpu {cn - c1:.2f} s rss {rss} KiB", flush=True)
     # The fastest N-token run less the fastest 1-token run: a load that ran slow (a fast mode's

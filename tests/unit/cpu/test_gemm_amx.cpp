@@ -393,7 +393,9 @@ TEST(GemmAmxBf16, RealEqualsEmulatedBitwise) {
 }
 
 // Into a wider output (a projection's reduced rows are a column range of y): every output of the
-// range written with the same bits as into its own array, nothing outside it touched.
+// range within the float64 bound and with the same bits as into its own array (where a tile is
+// stored straight into y and where it goes through the kernel's buffer), nothing outside it
+// touched.
 TEST(GemmAmxBf16, WritesOnlyItsColumnsOfAWiderOutput) {
   std::vector<Bf16Kernel> kernels;
   for (const char* name : {"amxbf16-emulated", "amxbf16"})
@@ -407,6 +409,7 @@ TEST(GemmAmxBf16, WritesOnlyItsColumnsOfAWiderOutput) {
         const Problem p = gemm_test::make_normal(m, 99, n, seed++);
         const Bf16PairMatrix w = pack_bf16_pairs(p.mat(), 1);
         const std::vector<float> own = run_bf16(p, w, k, 2);
+        expect_bf16_bound(p, own, bf16_kernel_name(k));
         const int64_t left = 8, ldy = n + 24;
         std::vector<float> wide(static_cast<size_t>(m * ldy), -7.0f);
         gemm_bf16_pairs(k, p.x.data(), p.m, p.k, w, wide.data() + left, ldy, 2);
