@@ -8,7 +8,8 @@
 // --int8: gemm_int8 (weights quantized first, untimed; activation quantization timed) instead;
 // its "gflops" count 2 per multiply-add as for FP32. The kernel line names the int8 variant
 // (e.g. avx512vnni). --int8-kernel NAME: the same through one named int8 kernel (`kev cpu`'s
-// gemm_int8_kernel names, e.g. avx512vnni or amxint8), refused where the CPU cannot run it.
+// gemm_int8_kernel names, e.g. avx512vnni or amxint8; avx512vnni-a8 with 8-bit activations),
+// refused where the CPU cannot run it.
 // --bf16-dot: the dot kernel of `--precision bf16` (`kev cpu`'s gemm_bf16_dot: amxbf16 or
 // avx512bf16; precision_kernels.h; weights packed first, untimed; activation rounding timed);
 // refused where the CPU has none (on other CPUs the bf16 mode is the FP32 GEMM on rounded
@@ -135,6 +136,10 @@ int main(int argc, char** argv) {
   }
   if (shapes.empty()) shapes = default_shapes(m);
   if (int8 && !int8_kernel) int8_kernel = int8_kernel_for(isa);
+  // A byte kernel multiplies 8-bit activations (w8a8); every other one 16-bit (int8).
+  const ActivationWidth width = int8 && int8_kernel_reads_bytes(*int8_kernel)
+                                    ? ActivationWidth::k8Bit
+                                    : ActivationWidth::k16Bit;
   const std::string kernel = int8       ? std::string("int8 ") + int8_kernel_name(*int8_kernel)
                              : bf16_dot ? std::string("bf16 dot ") + bf16_kernel_name(*bf16_kernel)
                                         : std::string("bf16-weight fp32");
@@ -160,7 +165,7 @@ int main(int argc, char** argv) {
     if (bf16_dot) pairs = pack_bf16_pairs(mat, threads);
     auto run = [&] {
       if (int8)
-        gemm_int8_kernel(*int8_kernel, x.data(), s.m, s.k, q, y.data(), s.n, threads);
+        gemm_int8_kernel(*int8_kernel, x.data(), s.m, s.k, q, y.data(), s.n, threads, width);
       else if (bf16_dot)
         gemm_bf16_pairs(*bf16_kernel, x.data(), s.m, s.k, pairs, y.data(), s.n, threads);
       else

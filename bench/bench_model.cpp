@@ -4,10 +4,11 @@
 // The peak is measured for the GEMM's own ISA (bench/fma_peak.h: the CPU family's probe, 0 where
 // it has none): no AVX-512 code runs on a CPU without it. The prefill is also given as a fraction
 // of its mode's own peak: that of the product instruction of the kernel the mode runs (bf16:
-// tdpbf16ps or vdpbf16ps; int8: vpdpwssd; fp32 and a bf16 without a dot kernel: FMA; 0 unknown).
+// tdpbf16ps or vdpbf16ps; int8: vpdpwssd; w8a8: vpdpbusd; fp32 and a bf16 without a dot
+// kernel: FMA; 0 unknown).
 //
 // Usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] [chunked]
-//                    [fp32|bf16|int8]
+//                    [fp32|bf16|int8|w8a8]
 // (the last two anywhere after MODEL_DIR: GDN form, ForwardOptions::precision; load_s includes
 // the int8 quantization). Prints one JSON object on stdout.
 #include <dlfcn.h>
@@ -55,9 +56,11 @@ static ModePeak mode_peak(Precision p) {
     if (name == "amxbf16") return dot(name, DotProbe::kAmxBf16, 1);
     return {name, "unknown", {}};
   }
-  if (p == Precision::kInt8) {
-    const std::string name = int8_kernel_name(k.int8_kernel());
+  if (runs_int8_weights(p)) {
+    const std::string name = int8_kernel_name(
+        k.int8_kernel(p == Precision::kW8A8 ? ActivationWidth::k8Bit : ActivationWidth::k16Bit));
     if (name == "avx512vnni") return dot(name, DotProbe::kInt16Pairs, 1);
+    if (name == "avx512vnni-a8") return dot(name, DotProbe::kInt8Quads, 1);
     // amxint8 multiplies each int16 activation as two bytes: two tile products per product.
     if (name == "amxint8") return dot(name, DotProbe::kAmxInt8, 0.5);
     return {name, "unknown", {}};
@@ -86,7 +89,8 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "chunked") opts.gdn = GdnMode::kChunked;
-    if (a == "fp32" || a == "bf16" || a == "int8") opts.precision = parse_precision(a);
+    if (a == "fp32" || a == "bf16" || a == "int8" || a == "w8a8")
+      opts.precision = parse_precision(a);
   }
   auto t_load = Clock::now();
   auto model = Model::load(dir, opts);

@@ -3,7 +3,7 @@
 ("Peer benchmark: llama.cpp").
 
     /usr/bin/python3 bench/llama_peer.py [--kev build/release/kev] [--dims 0.8b,4b]
-        [--tokens 512,8192] [--precisions fp32,bf16,int8,q8,q4] [--threads 2] [--rounds 3]
+        [--tokens 512,8192] [--precisions fp32,bf16,int8,w8a8,q8,q4] [--threads 2] [--rounds 3]
         [--work /tmp/kev-peer] [--isa avx2] [--json out.json]
 
 What it does, all at bench time and outside the repository:
@@ -34,7 +34,7 @@ What it does, all at bench time and outside the repository:
      --llama-omp-wait-policy (llama.cpp's default unless told).
    Every run is under /usr/bin/time -v: peak RSS per configuration (max over rounds).
 4. Ratios per precision pairing: kev fp32 vs llama.cpp F32 and BF16; kev bf16 vs BF16 and kev
-   int8 vs Q8_0 when `kev forward --help` offers --precision; kev's quantized bundles (`kev
+   int8 and w8a8 vs Q8_0 when `kev forward --help` offers --precision; kev's quantized bundles (`kev
    quantize`, q8 and q4, run in int8 mode; asked with --precisions q8,q4) vs Q8_0 and Q4_K_M,
    both made from the same BF16 weights (PAIRINGS below: extend there).
 
@@ -60,8 +60,8 @@ LLAMA_NPM_VERSION = "3.22.1"  # node-llama-cpp; its llama/llama.cpp.info.json sa
 LLAMA_COMMIT = "de3ff815ea7d559ee917f063901b8986f038abc6"  # HEAD of that version's gitRelease.bundle
 # kev precision -> the llama.cpp types it is compared with. kev precisions other than fp32 are
 # used only when `kev forward` has --precision.
-PAIRINGS = {"fp32": ["F32", "BF16"], "bf16": ["BF16"], "int8": ["Q8_0"], "q8": ["Q8_0"],
-            "q4": ["Q4_K_M"]}
+PAIRINGS = {"fp32": ["F32", "BF16"], "bf16": ["BF16"], "int8": ["Q8_0"], "w8a8": ["Q8_0"],
+            "q8": ["Q8_0"], "q4": ["Q4_K_M"]}
 # kev's quantized bundles (`kev quantize --format F`), run with --precision int8; the weights
 # llama.cpp gets are its own quantization of the same BF16 weights.
 QUANTIZED = ("q8", "q4")

@@ -1,4 +1,4 @@
-"""Precision modes (`--precision fp32|bf16|int8`): parity distribution and speed.
+"""Precision modes (`--precision fp32|bf16|int8|w8a8`): parity distribution and speed.
 
 Usage:
   /usr/bin/python3 bench/precision_bench.py parity KEV WORK --shape 0.8b|4b|tiny [--questions 500]
@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "pylib"))
 import kevtest  # noqa: E402
 import precision_parity as pp  # noqa: E402
 
-MODES = ("fp32", "bf16", "int8")
+MODES = ("fp32", "bf16", "int8", "w8a8")
 
 
 def mode_run(mode):

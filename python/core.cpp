@@ -69,8 +69,8 @@ class Model {
     check_isa_environment();
     check_threads_environment();
     ScorerOptions o;
-    if (precision != "fp32" && precision != "bf16" && precision != "int8")
-      fail(ErrorKind::kBadInput, "precision must be fp32, bf16 or int8, not \"{}\"",
+    if (precision != "fp32" && precision != "bf16" && precision != "int8" && precision != "w8a8")
+      fail(ErrorKind::kBadInput, "precision must be fp32, bf16, int8 or w8a8, not \"{}\"",
            precision.substr(0, 40));
     o.forward.precision = parse_precision(precision);
     if (threads) {

@@ -3,10 +3,11 @@
 # binary and each kernel level it offers
 # (`kev cpu`: every supported level of its architecture, forced with KEV_ISA), it exports the
 # same synthetic checkpoint (bundle bytes: the LoRA merge), runs `kev forward` on fixed token
-# rows (hidden states: the model GEMMs and vector kernels; fp32 with both GDN forms, int8, bf16)
-# and `kev score` on fixed requests (answers and probabilities: the pointer head, fp32 and int8;
-# with --state-dir, so the saved state files it writes are compared too), and makes a q4 bundle
-# with `kev quantize` and scores it (the quantized bundle's bytes and its answers).
+# rows (hidden states: the model GEMMs and vector kernels; fp32 with both GDN forms, int8, w8a8,
+# bf16) and `kev score` on fixed requests (answers and probabilities: the pointer head, fp32 and
+# int8; with --state-dir, so the saved state files it writes are compared too), and makes a q4
+# bundle with `kev quantize` and scores it in int8 and w8a8 (the quantized bundle's bytes and its
+# answers).
 # Within a binary every level must give the same bytes as its first level, in every output,
 # and across the binaries every output must be byte-identical too: bundles, hidden states and
 # answers with their probabilities (the model's exp, log1p, sin, cos and pow are its own fixed
@@ -102,8 +103,10 @@ run_all() {
       KEV_ISA="$isa" "$kev" quantize --quiet --bundle "$weights" --out "$out/bundle-q4" >/dev/null
       KEV_ISA="$isa" "$kev" score --bundle "$out/bundle-q4" --precision int8 --decimals -1 \
         <"$work/score.json" | drop_latency >"$out/score-q4.json"
+      KEV_ISA="$isa" "$kev" score --bundle "$out/bundle-q4" --precision w8a8 --decimals -1 \
+        <"$work/score.json" | drop_latency >"$out/score-q4-w8a8.json"
     fi
-    for p in fp32 int8; do
+    for p in fp32 int8 w8a8; do
       KEV_ISA="$isa" "$kev" forward --quiet --bundle "$weights" --input "$work/forward.json" \
         --output "$out/forward-$p.safetensors" --with-prefix --precision "$p"
     done
@@ -195,6 +198,6 @@ done
 if [ "$status" = 0 ]; then
   what="every level of $(basename "$kev_a")" checked="bundles, quantized bundles"
   [ -z "$kev_b" ] || what="every level of both binaries" checked="synth checkpoints, bundles, quantized bundles"
-  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, bf16), scores (q4 bundle included) and saved state files" >&2
+  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, w8a8, bf16), scores (q4 bundle included, int8 and w8a8) and saved state files" >&2
 fi
 exit "$status"

@@ -26,6 +26,7 @@ inline nlohmann::json cpu_report() {
             {"vec", isa_name(model_kernels().vec_isa())},
             {"gemm_int8", isa_name(best_int8_isa())},
             {"gemm_int8_kernel", int8_kernel_name(best_int8_kernel())},
+            {"gemm_int8_a8_kernel", int8_kernel_name(best_int8_kernel(ActivationWidth::k8Bit))},
             {"gemm_bf16_dot", bf16_kernel_name(best_bf16_kernel())},
             {"merge", isa_name(merge_isa())},
             {"head", isa_name(head_isa())}}}};

@@ -15,14 +15,14 @@
 
 namespace kev::cli {
 
-// `--precision fp32|bf16|int8` (kev::Precision, model.h), shared with `kev forward`.
+// `--precision fp32|bf16|int8|w8a8` (kev::Precision, model.h), shared with `kev forward`.
 inline CLI::Option* add_precision_flag(CLI::App& app, Precision& p) {
   return app
       .add_option_function<std::string>(
           "--precision", [&p](const std::string& name) { p = parse_precision(name); },
-          "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within the "
-          "parity budget of docs/performance.md)")
-      ->check(one_of({"fp32", "bf16", "int8"}))
+          "projection arithmetic: fp32 (exact, default), bf16, int8 or w8a8 (faster, within "
+          "the parity budget of docs/performance.md)")
+      ->check(one_of({"fp32", "bf16", "int8", "w8a8"}))
       ->default_str("fp32");
 }
 

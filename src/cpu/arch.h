@@ -79,12 +79,27 @@ struct PrecisionVariant {
   bool (*cpu_runs)();
   Range range;
 };
-using Int8Variant = PrecisionVariant<Int8Range>;
+// The same from 8-bit activations stored as bytes u = q + 128 ([rows padded][kp]; gemm_int8.h's
+// ActivationWidth::k8Bit only): what a kernel of unsigned-by-signed byte products reads.
+using Int8ByteRange = void (*)(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
+                               const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
+// An int8 kernel runs int16 activations (range) or, a byte kernel, only bytes (bytes; range null).
+struct Int8Variant {
+  const char* name;
+  Isa level;
+  bool (*cpu_runs)();
+  Int8Range range;
+  Int8ByteRange bytes = nullptr;
+};
 std::span<const Int8Variant> int8_variants();
 // The kernel a level runs here, after any start-up probe: an index into int8_variants(), or -1
 // for the portable kernel. A folder that probes a kernel first calls probe_kernel on
 // precision_variants.h's family_int8_kernel(index).
 int int8_choice(Isa level);
+// The kernel a level runs with 8-bit activations where the family has a faster one than
+// int8_choice's (a byte kernel, after its probe): an index into int8_variants(), or -1 for
+// int8_choice's kernel (which computes 8-bit activations exactly too).
+int int8_byte_choice(Isa level);
 // Quantizes 32 floats by gemm_int8.h's rule into int32 q, returns the scale (same values as the
 // portable rule); nullptr when the CPU has no faster form.
 using QuantizeBlock = float (*)(const float* v, int32_t* q, float qmax);

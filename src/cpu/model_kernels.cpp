@@ -20,7 +20,8 @@ ModelKernels ModelKernels::at_level(Isa level) {
   t.gemm_ = level;
   const arch::VecVariant* vec = arch::vec(level);
   t.vec_ = vec != nullptr ? vec->level : Isa::kPortable;
-  t.int8_ = family_int8_kernel(arch::int8_choice(level));
+  t.int8_ = int8_kernel_for(level, ActivationWidth::k16Bit);
+  t.int8_a8_ = int8_kernel_for(level, ActivationWidth::k8Bit);
   t.int8_isa_ = int8_kernel_level(t.int8_);
   t.bf16_ = family_bf16_kernel(arch::bf16_choice(level));
   return t;
@@ -81,12 +82,16 @@ const ModelKernels& model_kernels() {
     ModelKernels t = ModelKernels::at_level(gemm_level());
     if (avx512_emulation_requested()) {
       t.int8_ = kEmulatedInt8Kernel;
+      t.int8_a8_ = kEmulatedInt8ByteKernel;
       t.int8_isa_ = int8_kernel_level(t.int8_);
       t.bf16_ = kEmulatedBf16Kernel;
     }
     if (const std::optional<Int8Kernel> named = kernel_from_env<Int8Registry>()) {
-      t.int8_ = *named;
-      t.int8_isa_ = int8_kernel_level(t.int8_);
+      t.int8_a8_ = *named;
+      if (!int8_kernel_reads_bytes(*named)) {
+        t.int8_ = *named;
+        t.int8_isa_ = int8_kernel_level(t.int8_);
+      }
     }
     if (const std::optional<Bf16Kernel> named = kernel_from_env<Bf16Registry>()) t.bf16_ = *named;
     return t;
@@ -100,13 +105,13 @@ void ModelKernels::gemm(const float* x, int64_t rows, int64_t ldx, const Bf16Mat
 }
 
 void ModelKernels::gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
-                             float* y, int64_t ldy, size_t threads) const {
-  gemm_int8_kernel(int8_, x, rows, ldx, w, y, ldy, threads);
+                             float* y, int64_t ldy, size_t threads, ActivationWidth width) const {
+  gemm_int8_kernel(int8_kernel(width), x, rows, ldx, w, y, ldy, threads, width);
 }
 
 void ModelKernels::gemm_int4(const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w,
-                             float* y, int64_t ldy, size_t threads) const {
-  gemm_int4_kernel(int8_, x, rows, ldx, w, y, ldy, threads);
+                             float* y, int64_t ldy, size_t threads, ActivationWidth width) const {
+  gemm_int4_kernel(int8_kernel(width), x, rows, ldx, w, y, ldy, threads, width);
 }
 
 Bf16PairMatrix ModelKernels::pack_bf16(const Bf16Matrix& m, size_t threads) const {

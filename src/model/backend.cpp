@@ -24,13 +24,13 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
 
   void prepare(const ForwardOptions& o) override {
-    if (w_.quantized() && o.precision != Precision::kInt8)
+    if (w_.quantized() && !runs_int8_weights(o.precision))
       fail(ErrorKind::kUnsupported,
            "this bundle stores its projections quantized ({}, kev quantize) and runs with "
-           "--precision int8 only; --precision {} needs the BF16 bundle it was made from",
+           "--precision int8 or w8a8 only; --precision {} needs the BF16 bundle it was made from",
            w_.stored_kinds(), precision_name(o.precision));
     if (o.precision == Precision::kBf16 && !bf16_) bf16_ = prepare_bf16(w_, kernels_, o.threads);
-    if (o.precision == Precision::kInt8 && !int8_) int8_ = prepare_int8(w_, o.threads);
+    if (runs_int8_weights(o.precision) && !int8_) int8_ = prepare_int8(w_, o.threads);
   }
 
   void run(const ForwardOptions& o, std::vector<Segment>& segs, std::vector<float>& out,
@@ -47,12 +47,12 @@ class CpuBackend final : public Backend {
     std::string id = fmt::format("backend cpu; layout {}; precision {}; gdn {}", kCpuStateLayout,
                                  precision_name(o.precision),
                                  o.gdn == GdnMode::kChunked ? "chunked" : "recurrent");
-    // fp32 and int8 give the same bits on every CPU; bf16's dot kernel sums in its own order.
+    // fp32, int8 and w8a8 give the same bits on every CPU; bf16's dot kernel sums in its own order.
     // Which projections a fast mode reduces changes the bits too.
     if (o.precision == Precision::kBf16)
       id += fmt::format("; bf16 dot {}; reduced {}", bf16_kernel_name(kernels_.bf16_kernel()),
                         bf16_selection());
-    if (o.precision == Precision::kInt8) id += fmt::format("; reduced {}", int8_selection(w_));
+    if (runs_int8_weights(o.precision)) id += fmt::format("; reduced {}", int8_selection(w_));
     return id;
   }
   void write_state(const PrefixState& s, const StateSink& out) const override {

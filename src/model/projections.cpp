@@ -127,7 +127,9 @@ std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads)
 void project(const ModelKernels& kern, Precision precision, const Int8Weights* int8,
              const Bf16DotWeights* bf16, const float* x, int64_t rows, int64_t ldx,
              const Bf16Matrix& m, float* y, size_t threads, AlignedVector<float>& rounded) {
-  if (precision == Precision::kInt8) {
+  if (runs_int8_weights(precision)) {
+    const ActivationWidth width =
+        precision == Precision::kW8A8 ? ActivationWidth::k8Bit : ActivationWidth::k16Bit;
     const std::vector<ReducedPart>* parts = int8->find(m);
     if (!parts) {
       if (!m.data) fail(ErrorKind::kInternal, "a stored projection has no prepared parts");
@@ -139,9 +141,9 @@ void project(const ModelKernels& kern, Precision precision, const Int8Weights* i
       if (p.rows.kind == WeightKind::kExact)
         kern.gemm(x, rows, ldx, p.exact, out, m.rows, threads);
       else if (p.rows.kind == WeightKind::kQ8)
-        kern.gemm_int8(x, rows, ldx, p.q8, out, m.rows, threads);
+        kern.gemm_int8(x, rows, ldx, p.q8, out, m.rows, threads, width);
       else
-        kern.gemm_int4(x, rows, ldx, p.q4, out, m.rows, threads);
+        kern.gemm_int4(x, rows, ldx, p.q4, out, m.rows, threads, width);
     }
     return;
   }
@@ -188,7 +190,8 @@ struct PrecisionNames {
 };
 constexpr PrecisionNames kPrecisions[] = {{Precision::kFp32, "fp32", "float32"},
                                           {Precision::kBf16, "bf16", "bfloat16"},
-                                          {Precision::kInt8, "int8", "int8"}};
+                                          {Precision::kInt8, "int8", "int8"},
+                                          {Precision::kW8A8, "w8a8", "int8"}};
 
 const PrecisionNames& names_of(Precision p) {
   for (const PrecisionNames& n : kPrecisions)
@@ -209,7 +212,7 @@ const char* torch_dtype_name(Precision p) {
 Precision parse_precision(const std::string& name) {
   for (const PrecisionNames& n : kPrecisions)
     if (name == n.name) return n.precision;
-  fail(ErrorKind::kBadInput, "unknown precision '{}' (expected fp32, bf16 or int8)", name);
+  fail(ErrorKind::kBadInput, "unknown precision '{}' (expected fp32, bf16, int8 or w8a8)", name);
 }
 
 }  // namespace kev

@@ -17,7 +17,7 @@
 
 namespace kev {
 
-// The projections kInt8 runs reduced, keyed by their place in ModelWeights (the Bf16Matrix
+// The projections kInt8 and kW8A8 run reduced, keyed by their place in ModelWeights (the Bf16Matrix
 // member; quant_plan.h lists them): each entry cuts the matrix's output rows into parts, in row
 // order, each exact FP32 on BF16 rows, 8-bit or 4-bit (gemm_int8.h). A projection not listed
 // runs in exact FP32. Built from the BF16 weights at load time (quantize_int8), or from a
@@ -75,7 +75,8 @@ std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads)
 
 // y[rows, m.rows] (row stride m.rows) = x * m^T through `kernels` in `precision`: the selected rows
 // of a reduced projection through its int8 / bf16 kernel, every other row in exact FP32. int8
-// (bf16) must be the prepared weights when precision is kInt8 (kBf16). `rounded` is scratch.
+// (bf16) must be the prepared weights when precision is kInt8 or kW8A8 (kBf16). `rounded` is
+// scratch.
 void project(const ModelKernels& kernels, Precision precision, const Int8Weights* int8,
              const Bf16DotWeights* bf16, const float* x, int64_t rows, int64_t ldx,
              const Bf16Matrix& m, float* y, size_t threads, AlignedVector<float>& rounded);

@@ -435,12 +435,13 @@ def test_kev_dtype(bundle, value, dtype):
         assert s.request("GET", "/v1/models")[2]["models"][0]["dtype"] == dtype
     finally:
         s.close()
-    # The flag wins over the variable.
-    s = ServeProcess(bundle, "--precision", "int8", env=env)
-    try:
-        assert s.request("GET", "/v1/models")[2]["models"][0]["dtype"] == "int8"
-    finally:
-        s.close()
+    # The flag wins over the variable; both int8 modes report torch's int8.
+    for precision in ("int8", "w8a8"):
+        s = ServeProcess(bundle, "--precision", precision, env=env)
+        try:
+            assert s.request("GET", "/v1/models")[2]["models"][0]["dtype"] == "int8"
+        finally:
+            s.close()
 
 
 @pytest.mark.parametrize("value, code, message", [

@@ -104,4 +104,4 @@ def test_bash_completion(prefix):
     assert complete(prefix, "kev sc") == ["score"]
     assert "--bundle" in complete(prefix, "kev score --")
     assert "--api-key-file" in complete(prefix, "kev serve --a")
-    assert complete(prefix, "kev score --precision ") == ["fp32", "bf16", "int8"]
+    assert complete(prefix, "kev score --precision ") == ["fp32", "bf16", "int8", "w8a8"]

@@ -502,8 +502,8 @@ def decisions():
     return "\n".join(lines[:SCORE_LINES]) + "\n"
 
 
-def score(bundle, text, *extra, env=None):
-    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--decimals", "-1", "--precision", "int8",
+def score(bundle, text, *extra, env=None, precision="int8"):
+    proc = run_kev("score", "--bundle", bundle, "--jsonl", "--decimals", "-1", "--precision", precision,
                    *extra, input=text, env=env)
     answers = [json.loads(l) for l in proc.stdout.splitlines()]
     assert len(answers) == SCORE_LINES
@@ -531,6 +531,8 @@ def test_q4_bundle_answers_are_the_same_on_every_level_and_thread_count(quantize
 # Every int8 kernel name a build may register (precision_kernels.h; `kev cpu` lists what runs).
 INT8_KERNELS = ("portable", "avx2", "avx512bw", "avx512vnni", "avx512vnni-emulated", "amxint8",
                 "amxint8-emulated", "neon")
+# The byte kernels: 8-bit activations (`--precision w8a8`) only; int8 keeps its own kernel.
+BYTE_KERNELS = ("avx512vnni-a8", "avx512vnni-a8-emulated")
 
 
 def test_every_int8_kernel_by_name_answers_alike(quantized, decisions):
@@ -552,6 +554,21 @@ def test_every_int8_kernel_by_name_answers_alike(quantized, decisions):
         ran.append(name)
     if json.loads(run_kev("cpu", env=NO_CAP).stdout)["arch"] == "x86-64":
         assert "amxint8-emulated" in ran, ran
+    # w8a8 through every kernel (the byte kernels among them) answers alike too, and not as int8.
+    want8 = score(q4, decisions, env=dict(NO_CAP, KEV_INT8_KERNEL="portable"), precision="w8a8")
+    assert want8 != want
+    for name in INT8_KERNELS + BYTE_KERNELS:
+        env = dict(NO_CAP, KEV_INT8_KERNEL=name)
+        cpu = run_kev("cpu", env=env, check=False)
+        if cpu.returncode != 0:
+            continue
+        kernels = json.loads(cpu.stdout)["kernels"]
+        assert kernels["gemm_int8_a8_kernel"] == name
+        if name in BYTE_KERNELS:
+            assert kernels["gemm_int8_kernel"] != name
+        assert score(q4, decisions, "--threads", "2", env=env, precision="w8a8") == want8, name
+        ran.append(name)
+    assert "avx512vnni-a8-emulated" in ran, ran
     proc = run_kev("score", "--bundle", q4, "--jsonl", "--precision", "int8", input=decisions,
                    env=dict(NO_CAP, KEV_INT8_KERNEL="avx1024"), check=False)
     assert proc.returncode == 2 and "no such int8 kernel" in proc.stderr and proc.stdout == ""

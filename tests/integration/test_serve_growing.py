@@ -217,7 +217,7 @@ def test_permute_and_separate_on_a_grown_state(servers):
         assert comparable(got) == comparable(want)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("precision", ["fp32", "int8", "w8a8"])
 def test_score_jsonl_reuses_across_lines(bundle, precision):
     reqs = requests(append_only("j")) + requests(rewritten_tail(), offset=1)
     text = "".join(json.dumps(r) + "\n" for r in reqs)

@@ -53,19 +53,24 @@ def cpu(env):
 def test_dispatch():
     emu = cpu(EMULATE)["kernels"]
     assert emu["gemm_int8_kernel"] == "avx512vnni-emulated"
+    assert emu["gemm_int8_a8_kernel"] == "avx512vnni-a8-emulated"
     assert emu["gemm_bf16_dot"] == "avx512bf16-emulated"
     for cap in ({"KEV_ISA": "avx2"}, {"KEV_GEMM_ISA": "avx2"}):
         capped = cpu({**EMULATE, **cap})["kernels"]
         assert capped["gemm_int8_kernel"] in ("avx2", "portable") and capped["gemm_bf16_dot"] == "none"
+        assert capped["gemm_int8_a8_kernel"] == capped["gemm_int8_kernel"]
 
 
-def test_int8_emulated_is_bitwise_the_default_kernel(model, tmp_path):
+@pytest.mark.parametrize("precision", ["int8", "w8a8"])
+def test_int8_emulated_is_bitwise_the_default_kernel(model, tmp_path, precision):
+    """int8's vpdpwssd kernel and w8a8's vpdpbusd byte kernel, emulated, give the dispatched
+    kernel's bits (every int8 kernel gives the contract's, gemm_int8.h)."""
     path, _ = model
     prefix, rows = ids(17, 1), [ids(23, 2), ids(7, 3), ids(1, 4)]
     payload = {"prefix": prefix, "rows": [{"ids": r} for r in rows]}
-    want = forward(path, tmp_path, payload, "--precision", "int8")
+    want = forward(path, tmp_path, payload, "--precision", precision)
     for threads in ("1", "3"):
-        got = forward(path, tmp_path, payload, "--precision", "int8", "--threads", threads, env=EMULATE)
+        got = forward(path, tmp_path, payload, "--precision", precision, "--threads", threads, env=EMULATE)
         for i in range(len(rows)):
             assert torch.equal(got[f"row.{i}"], want[f"row.{i}"]), (threads, i)
 

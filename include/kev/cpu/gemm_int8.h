@@ -5,15 +5,17 @@
 // its own range Q): K is split into blocks of 32 (the last one zero-padded). For a row r and
 // block b, amax = max |v|, scale = amax / Q and q = nearbyint(v * (Q / amax)) clamped to
 // [-Q, Q] (all zeros and scale 0 when amax < 1e-30). Weights: Q = 127 (int8, one FP32 scale per
-// output row per block). Activations: Q = 32767 (int16, per row per block). The activations
-// are not cut to 8 bits because the AVX2 kernel multiplies int16 pairs (vpmaddwd) either way:
-// 16-bit activations cost nothing here and halve the error (docs/performance.md, "Precision
-// modes"; set kActMax in gemm_int8.cpp to 127 for W8A8).
+// output row per block). Activations (ActivationWidth), per row per block: Q = 32767 (k16Bit,
+// `--precision int8`: int16 products cost the int16 kernels nothing and halve the error) or
+// Q = 127 (k8Bit, `--precision w8a8`: what the byte kernels multiply, vpdpbusd at twice
+// vpdpwssd's rate; docs/performance.md, "Precision modes").
 //
 // gemm_int8: y[m, n] = sum over blocks b in ascending order of
 //   acc = fma(float(isum_b), sx[m][b] * sw[n][b], acc), acc starting at 0,
 // where isum_b = sum_k qx[m][k] * qw[n][k] over the block is an exact int32 (|isum| <= 32 *
-// 32767 * 127 < 2^31) and float() rounds to nearest even. That order depends on K only: an
+// 32767 * 127 < 2^31) and float() rounds to nearest even. A byte kernel sums u * qw with
+// u = qx + 128 in [1, 255] and subtracts 128 * sum_k qw: the same exact int32. That order
+// depends on K only and on the activation width: an
 // output never depends on the batch, the thread split or the level (every kernel registered in
 // precision_kernels.h is bitwise identical to the portable one; a kernel that fails its
 // start-up probe is replaced by its family's next one for the process).
@@ -29,6 +31,9 @@ namespace kev {
 
 Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads = 0);
 
+// The activations' range (above): int16 (Q = 32767) or int8 (Q = 127).
+enum class ActivationWidth { k16Bit, k8Bit };
+
 // The int8 kernels' level: the best this CPU supports, capped by KEV_GEMM_ISA / KEV_ISA like the
 // FP32 GEMM, or the level of the kernel its family fell back to where one failed its probe
 // (`kev cpu`: "gemm_int8"; the exact kernel is best_int8_kernel(), precision_kernels.h).
@@ -36,11 +41,12 @@ Isa best_int8_isa();
 
 // Quantizes x (rows x K, row stride ldx) per row and block, then y = x * W^T as above.
 void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
-               int64_t ldy, size_t threads = 0);
+               int64_t ldy, size_t threads = 0, ActivationWidth width = ActivationWidth::k16Bit);
 // isa must be supported by this CPU; it runs the kernel its family chose for that level
 // (int8_kernel_for, precision_kernels.h).
 void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
-                   float* y, int64_t ldy, size_t threads);
+                   float* y, int64_t ldy, size_t threads,
+                   ActivationWidth width = ActivationWidth::k16Bit);
 
 // The weight rule above (Q = 127), for one row of n values: q [blocks * 32] (zero-padded),
 // scale [blocks]. Also the q8 rule of quantized bundles (below).

@@ -28,12 +28,13 @@ class ModelKernels {
   // y[rows, w.rows] (row stride ldy) = x * W^T, FP32 activations x BF16 weights (gemm.h).
   void gemm(const float* x, int64_t rows, int64_t ldx, const Bf16Matrix& w, float* y, int64_t ldy,
             size_t threads) const;
-  // The same with blockwise int8 weights and int16 activations (gemm_int8.h).
+  // The same with blockwise int8 weights and 16- or 8-bit activations (gemm_int8.h), through
+  // the width's kernel.
   void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
-                 int64_t ldy, size_t threads) const;
+                 int64_t ldy, size_t threads, ActivationWidth width) const;
   // The same with 4-bit weights (a q4 bundle's, gemm_int8.h) through the same int8 kernel.
   void gemm_int4(const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w, float* y,
-                 int64_t ldy, size_t threads) const;
+                 int64_t ldy, size_t threads, ActivationWidth width) const;
   // Whether the bf16 mode has a dot-product kernel here (then its weights are packed with
   // pack_bf16 and run through gemm_bf16_dot); without one it rounds activations and runs gemm.
   bool has_bf16_dot() const { return bf16_ != kNoBf16Kernel; }
@@ -80,13 +81,16 @@ class ModelKernels {
   Isa gemm_isa() const { return gemm_; }
   Isa vec_isa() const { return vec_; }
   Isa int8_isa() const { return int8_isa_; }
-  Int8Kernel int8_kernel() const { return int8_; }
+  Int8Kernel int8_kernel(ActivationWidth width = ActivationWidth::k16Bit) const {
+    return width == ActivationWidth::k8Bit ? int8_a8_ : int8_;
+  }
   Bf16Kernel bf16_kernel() const { return bf16_; }
 
  private:
   friend const ModelKernels& model_kernels();
   Isa gemm_ = Isa::kPortable, vec_ = Isa::kPortable, int8_isa_ = Isa::kPortable;
-  Int8Kernel int8_ = kPortableInt8Kernel;
+  Int8Kernel int8_ = kPortableInt8Kernel;     // 16-bit activations
+  Int8Kernel int8_a8_ = kPortableInt8Kernel;  // 8-bit activations (a byte kernel where one runs)
   Bf16Kernel bf16_ = kNoBf16Kernel;
 };
 
@@ -94,8 +98,9 @@ class ModelKernels {
 // have one run then).
 const ModelKernels& model_kernels();
 
-// KEV_INT8_KERNEL=<name> / KEV_BF16_KERNEL=<name> (docs/environment.md): the int8 mode runs that
-// int8 kernel, the bf16 mode that dot kernel ("none": the rounding path), one of `kev cpu`'s
+// KEV_INT8_KERNEL=<name> / KEV_BF16_KERNEL=<name> (docs/environment.md): the int8 and w8a8 modes
+// run that int8 kernel (a byte kernel: w8a8 only, int8 keeps its own), the bf16 mode that dot
+// kernel ("none": the rounding path), one of `kev cpu`'s
 // names this CPU runs, instead of the level's choice (for comparisons of speed; every int8 kernel
 // gives the same bits, bf16 dot kernels each their own within the bound of precision_kernels.h).
 // Refuses (Error, bad input) a name that is not registered here or that this CPU cannot run, and

@@ -6,7 +6,9 @@
 // Contract:
 // - int8 (Int8Kernel): the contract of gemm_int8.h, bit for bit, for every kernel, whatever its
 //   level or CPU: "portable", the family's, and the emulation of a family kernel
-//   ("...-emulated", which runs on any CPU). They read the same packed Int8Matrix.
+//   ("...-emulated", which runs on any CPU). They read the same packed Int8Matrix. Every kernel
+//   runs both activation widths, except the byte kernels ("avx512vnni-a8", its emulation
+//   "avx512vnni-a8-emulated", "neon-dotprod"), which multiply 8-bit activations only.
 // - bf16 dot (Bf16Kernel): "none" means the bf16 mode has no dot kernel here and rounds
 //   activations to BF16 before the BF16 x FP32 GEMM (gemm.h's order). A dot kernel computes
 //   y = bf16(x) * W^T with the activations rounded to BF16 (round to nearest even, bf16.h) and
@@ -65,19 +67,25 @@ inline constexpr Int8Kernel kPortableInt8Kernel{};
 std::vector<Int8Kernel> int8_kernels();                             // every registered one
 const char* int8_kernel_name(Int8Kernel k);                         // "portable", "avx2", ...
 std::optional<Int8Kernel> find_int8_kernel(std::string_view name);  // nullopt: none here
-bool int8_kernel_supported(Int8Kernel k);  // by this CPU (portable and emulations: always)
-Isa int8_kernel_level(Int8Kernel k);       // the level it belongs to (portable for emulations)
-Int8Kernel best_int8_kernel();             // the dispatched kernel, after the probe
-Int8Kernel int8_kernel_for(Isa isa);       // what gemm_int8_isa(isa) runs on this CPU
+bool int8_kernel_supported(Int8Kernel k);    // by this CPU (portable and emulations: always)
+Isa int8_kernel_level(Int8Kernel k);         // the level it belongs to (portable for emulations)
+bool int8_kernel_reads_bytes(Int8Kernel k);  // a byte kernel: 8-bit activations only
+// The dispatched kernel of an activation width, after the probes.
+Int8Kernel best_int8_kernel(ActivationWidth width = ActivationWidth::k16Bit);
+// What gemm_int8_isa(isa, ..., width) runs on this CPU.
+Int8Kernel int8_kernel_for(Isa isa, ActivationWidth width = ActivationWidth::k16Bit);
 
-// gemm_int8 (gemm_int8.h) through one given kernel; k must be supported.
+// gemm_int8 (gemm_int8.h) through one given kernel; k must be supported, and run `width`
+// (Error kUnsupported: a byte kernel with 16-bit activations).
 void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
-                      float* y, int64_t ldy, size_t threads);
+                      float* y, int64_t ldy, size_t threads,
+                      ActivationWidth width = ActivationWidth::k16Bit);
 // The same for a q4 matrix (gemm_int8.h): each chunk of output groups is unpacked to
 // Int8Matrix's layout and run through k's tiles, so the bits are k's (every kernel's) on the
 // unpacked weights.
 void gemm_int4_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w,
-                      float* y, int64_t ldy, size_t threads);
+                      float* y, int64_t ldy, size_t threads,
+                      ActivationWidth width = ActivationWidth::k16Bit);
 
 // ---- bf16 dot ----
 using Bf16Kernel = RegisteredKernel<struct Bf16KernelTag>;

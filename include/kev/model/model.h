@@ -19,8 +19,10 @@
 //   BF16-rounded activation rows (round to nearest even) with the BF16 weights, exact products
 //   summed in FP32; kInt8 quantizes those weights once, blockwise symmetric (1.125 bytes per weight
 //   held; their BF16 pages are released), and the activations per row and block at every call, with
-//   integer dot products. Every mode keeps the batch- and thread-independence above (bitwise), and
-//   kFp32 and kInt8 give the same bits at every instruction-set level; kBf16's last bits may differ
+//   integer dot products (kInt8 to 16 bits, kW8A8 to 8 bits: twice the byte-product rate, more
+//   error; same weights and selection). Every mode keeps the batch- and thread-independence above
+//   (bitwise), and kFp32, kInt8 and kW8A8 give the same bits at every instruction-set level;
+//   kBf16's last bits may differ
 //   between CPUs (a CPU with a BF16 dot-product unit sums in that unit's order; the kernel layer,
 //   which level, cpu/precision_kernels.h). The fast modes carry a parity budget against kFp32 and
 //   the float64 reference (docs/performance.md, tests/oracle/test_precision.py), not equality.
@@ -55,12 +57,17 @@ enum class Precision {
   kFp32,  // FP32 activations x BF16 weights: exact reference parity (default)
   kBf16,  // activations rounded to BF16 into the projections
   kInt8,  // blockwise int8 weights (int16 activations) in the projections
+  kW8A8,  // the same weights with int8 activations
 };
-const char* precision_name(Precision p);  // "fp32", "bf16", "int8"
-// The mode's arithmetic in the names torch prints ("float32", "bfloat16", "int8"): the dtype
-// Kev 1.0's /v1/models reports (DecisionModel.dtype).
+// kInt8 or kW8A8: the modes that run int8 weights (and quantized bundles).
+inline bool runs_int8_weights(Precision p) {
+  return p == Precision::kInt8 || p == Precision::kW8A8;
+}
+const char* precision_name(Precision p);  // "fp32", "bf16", "int8", "w8a8"
+// The mode's arithmetic in the names torch prints ("float32", "bfloat16", "int8" for both int8
+// modes): the dtype Kev 1.0's /v1/models reports (DecisionModel.dtype).
 const char* torch_dtype_name(Precision p);
-// Parses "fp32" | "bf16" | "int8"; Error(kBadInput) otherwise.
+// Parses "fp32" | "bf16" | "int8" | "w8a8"; Error(kBadInput) otherwise.
 Precision parse_precision(const std::string& name);
 
 // The forward's passes: extend() runs a prefix in steps of prefill_step tokens (by default
@@ -157,7 +164,7 @@ class Model {
   const ForwardOptions& options() const { return options_; }
   // What a state of this model holds per token and beside (its backend's StateFootprint).
   StateFootprint state_footprint() const;
-  // Switching to kInt8 quantizes the weights then (once); not concurrent with a forward. A
+  // Switching to kInt8 or kW8A8 quantizes the weights then (once); not concurrent with a forward. A
   // prefill_step that is not a positive multiple of kGdnChunkTokens is Error(kBadInput); another
   // backend name makes that backend (its prepared projections are made again).
   void set_options(const ForwardOptions& o);

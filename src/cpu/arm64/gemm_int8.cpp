@@ -1,16 +1,19 @@
-// The aarch64 int8 GEMM variant (gemm_int8.h's order, bit for bit): a NEON kernel of 4
-// activation rows x 16 outputs (one packed group), run by the neon level on every aarch64 CPU.
+// The aarch64 int8 GEMM variants (gemm_int8.h's order, bit for bit): a NEON kernel of 4
+// activation rows x 16 outputs (one packed group), run by the neon level on every aarch64 CPU;
+// and, for 8-bit activations only (`--precision w8a8`), a byte kernel of SDOT where the CPU has
+// dotprod (not every ARMv8-A CPU does; "neon-dotprod", below).
 //
-// The block sums are exact int32 (int16 activation x
+// The NEON kernel's block sums are exact int32 (int16 activation x
 // sign-extended int8 weight, widening multiply-accumulate SMLAL / SMLAL2 by element; integer sums
 // do not depend on their order, and |isum| <= 32 * 32767 * 127 < 2^31 never overflows), then per
 // block in ascending order float(isum) (SCVTF, round to nearest even), sx * sw (FMUL) and one
-// fused multiply-add (FMLA, the portable std::fma). SDOT does not fit: it multiplies int8 by int8
-// and the activations are int16 (a byte split would need two SDOTs and a correction, and dotprod
-// is not part of every ARMv8-A CPU), so this kernel runs on every aarch64 CPU.
+// fused multiply-add (FMLA, the portable std::fma). SDOT multiplies int8 by int8, so with 16-bit
+// activations this kernel runs.
 // Thread safety: reentrant (writes only its outputs).
 
 #include <arm_neon.h>
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 
 #include <algorithm>
 #include <cstring>
@@ -18,6 +21,7 @@
 #include "cpu/arch.h"
 #include "cpu/arm64/levels.h"
 #include "cpu/bodies/int8_layout.h"
+#include "cpu/drivers/precision_variants.h"
 
 namespace kev::arch {
 namespace {
@@ -116,14 +120,109 @@ void int8_range_neon(const int16_t* xq, int64_t kp, const float* sx, int64_t row
   }
 }
 
+// ---- The byte kernel (8-bit activations, `--precision w8a8`): SDOT, four int8 products per
+// int32 lane. The driver's bytes are u = q + 128, so u ^ 0x80 read as int8 is q itself: the block
+// sums are the exact int32 sum of q * w, then the same float steps as micro_neon. A quad of k
+// (pairs 2s and 2s + 1 of Int8Matrix's layout) becomes four 16-byte vectors of 4 outputs x 4 k
+// by ZIP1/ZIP2 of 16-bit lanes; SDOT by element multiplies each with one row's 4 activations.
+// (GCC 12 inlines the SDOT intrinsics only under an arch= target; a CPU with dotprod is ARMv8.2-A.)
+#define KEV_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+
+// Quad L of a 16-k step for every row: the weights of pairs 2L and 2L + 1 of the step.
+template <int L>
+KEV_DOTPROD inline void quad_step(int32x4_t (&acc)[kRows][4], const int8x16_t (&x)[kRows],
+                                  const int8_t* w) {
+  const int16x8_t a0 = vreinterpretq_s16_s8(vld1q_s8(w + 2 * L * 2 * kGroup));
+  const int16x8_t a1 = vreinterpretq_s16_s8(vld1q_s8(w + 2 * L * 2 * kGroup + 16));
+  const int16x8_t b0 = vreinterpretq_s16_s8(vld1q_s8(w + (2 * L + 1) * 2 * kGroup));
+  const int16x8_t b1 = vreinterpretq_s16_s8(vld1q_s8(w + (2 * L + 1) * 2 * kGroup + 16));
+  const int8x16_t q[4] = {
+      vreinterpretq_s8_s16(vzip1q_s16(a0, b0)), vreinterpretq_s8_s16(vzip2q_s16(a0, b0)),
+      vreinterpretq_s8_s16(vzip1q_s16(a1, b1)), vreinterpretq_s8_s16(vzip2q_s16(a1, b1))};
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < 4; ++c) acc[r][c] = vdotq_laneq_s32(acc[r][c], q[c], x[r], L);
+}
+
+KEV_DOTPROD void micro_dotprod(const uint8_t* const (&x)[kRows], const float* const (&sx)[kRows],
+                               int64_t blocks, const int8_t* w, const float* sw, float* out) {
+  float32x4_t f[kRows][4];
+  for (auto& r : f)
+    for (auto& c : r) c = vdupq_n_f32(0.0f);
+  const uint8x16_t bias = vdupq_n_u8(0x80);
+  for (int64_t b = 0; b < blocks; ++b) {
+    int32x4_t acc[kRows][4];
+    for (auto& r : acc)
+      for (auto& c : r) c = vdupq_n_s32(0);
+    const int8_t* wb = w + b * kPairs * kGroup * 2;
+    for (int64_t t = 0; t < kQuantBlock / 16; ++t) {
+      int8x16_t xv[kRows];
+      for (int r = 0; r < kRows; ++r)
+        xv[r] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(x[r] + b * kQuantBlock + 16 * t), bias));
+      const int8_t* wt = wb + 8 * t * kGroup * 2;  // pairs 8t .. 8t + 7
+      quad_step<0>(acc, xv, wt);
+      quad_step<1>(acc, xv, wt);
+      quad_step<2>(acc, xv, wt);
+      quad_step<3>(acc, xv, wt);
+    }
+    for (int c = 0; c < 4; ++c) {
+      const float32x4_t s = vld1q_f32(sw + b * kGroup + 4 * c);
+      for (int r = 0; r < kRows; ++r)
+        f[r][c] = vfmaq_f32(f[r][c], vcvtq_f32_s32(acc[r][c]), vmulq_f32(vdupq_n_f32(sx[r][b]), s));
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < 4; ++c) vst1q_f32(out + r * kGroup + 4 * c, f[r][c]);
+}
+
+void int8_byte_range_dotprod(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
+                             const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const int64_t group_q = w.blocks * kPairs * kGroup * 2, group_s = w.blocks * kGroup;
+  float out[kRows * kGroup];
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t nr = std::min(kGroup, w.rows - g * kGroup);
+    for (int64_t m = 0; m < rows; m += kRows) {
+      const int64_t mr = std::min<int64_t>(kRows, rows - m);
+      const uint8_t* xr[kRows];
+      const float* sr[kRows];
+      for (int64_t i = 0; i < kRows; ++i) {
+        const int64_t r = i < mr ? m + i : m;
+        xr[i] = xu + r * kp;
+        sr[i] = sx + r * w.blocks;
+      }
+      micro_dotprod(xr, sr, w.blocks, w.q.data() + g * group_q, w.scale.data() + g * group_s, out);
+      for (int64_t i = 0; i < mr; ++i)
+        std::memcpy(y + (m + i) * ldy + g * kGroup, out + i * kGroup,
+                    static_cast<size_t>(nr) * sizeof(float));
+    }
+  }
+}
+
+bool cpu_has_dotprod() {
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+}
+
+// Positions in int8_variants().
+enum Int8Index { kNeonIndex, kDotprodIndex };
+
 }  // namespace
 
 int int8_choice(Isa level) {
-  return level == kNeon ? 0 : -1;  // int8_variants()[0]
+  return level == kNeon ? int{kNeonIndex} : -1;
+}
+
+// SDOT where the CPU has dotprod (not every ARMv8-A CPU does), once it passed its probe; else
+// the NEON int16 kernel, which computes 8-bit activations exactly too.
+int int8_byte_choice(Isa level) {
+  if (level != kNeon || !cpu_has_dotprod()) return -1;
+  static const bool passed = probe_kernel(family_int8_kernel(kDotprodIndex));
+  return passed ? int{kDotprodIndex} : -1;
 }
 
 std::span<const Int8Variant> int8_variants() {
-  static const Int8Variant kVariants[] = {{"neon", kNeon, nullptr, &int8_range_neon}};
+  static const Int8Variant kVariants[] = {
+      {"neon", kNeon, nullptr, &int8_range_neon},
+      {"neon-dotprod", kNeon, &cpu_has_dotprod, nullptr, &int8_byte_range_dotprod}};
+  static_assert(kNeonIndex == 0 && kDotprodIndex == 1);
   return kVariants;
 }
 

@@ -26,7 +26,11 @@ namespace {
 using int8_layout::kGroup;
 using int8_layout::kPairs;
 constexpr float kWeightMax = 127.0f;  // int8 weights
-constexpr float kActMax = 32767.0f;   // int16 activations (gemm_int8.h says why)
+
+// The activations' Q (gemm_int8.h).
+float activation_max(ActivationWidth width) {
+  return width == ActivationWidth::k8Bit ? 127.0f : 32767.0f;
+}
 
 // One block of the quantization rule (gemm_int8.h); n <= 32 values, the rest of q zero.
 template <typename Q, typename Load>
@@ -85,25 +89,45 @@ void quantize_row_as(bool fast, const float* v, int64_t n, Q* q, float* scale, f
   quantize_row<Q>(v, n, q, scale, qmax);
 }
 
-// Activations quantized per row: int16 [rows_padded][blocks * 32], scales [rows_padded][blocks].
+// Activations quantized per row: int16 [rows_padded][blocks * 32], scales [rows_padded][blocks];
+// for a byte kernel, instead of q, u = q + 128 as bytes (padding rows too: u = 128 is q = 0).
 struct QuantRows {
   std::vector<int16_t> q;
+  std::vector<uint8_t> u;
   std::vector<float> s;
   int64_t kp = 0, blocks = 0;
 };
 
 void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_total,
-                          int64_t rows_padded, bool fast, QuantRows& out, size_t threads) {
+                          int64_t rows_padded, bool fast, ActivationWidth width, bool bytes,
+                          QuantRows& out, size_t threads) {
   out.blocks = (k_total + kQuantBlock - 1) / kQuantBlock;
   out.kp = out.blocks * kQuantBlock;
-  out.q.assign(static_cast<size_t>(rows_padded * out.kp), 0);
+  const size_t n = static_cast<size_t>(rows_padded * out.kp);
+  if (bytes) {
+    out.q.clear();
+    out.u.assign(n, uint8_t{128});
+  } else {
+    out.u.clear();
+    out.q.assign(n, 0);
+  }
   out.s.assign(static_cast<size_t>(rows_padded * out.blocks), 0.0f);
+  const float qmax = activation_max(width);
   parallel_for(
       static_cast<size_t>(rows),
       [&](size_t r) {
         const int64_t m = static_cast<int64_t>(r);
-        quantize_row_as<int16_t>(fast, x + m * ldx, k_total, out.q.data() + m * out.kp,
-                                 out.s.data() + m * out.blocks, kActMax);
+        float* s = out.s.data() + m * out.blocks;
+        if (!bytes) {
+          quantize_row_as<int16_t>(fast, x + m * ldx, k_total, out.q.data() + m * out.kp, s, qmax);
+          return;
+        }
+        thread_local std::vector<int8_t> q;
+        q.resize(static_cast<size_t>(out.kp));
+        quantize_row_as<int8_t>(fast, x + m * ldx, k_total, q.data(), s, qmax);
+        uint8_t* u = out.u.data() + m * out.kp;
+        for (int64_t k = 0; k < out.kp; ++k)
+          u[k] = static_cast<uint8_t>(q[static_cast<size_t>(k)] + 128);
       },
       threads);
 }
@@ -116,26 +140,48 @@ void check_int8_kernel(Int8Kernel k) {
 // x's rows quantized for kernel k (padded to its tile where it tiles) into this thread's buffer:
 // the pool's workers read the caller's buffer, not their own. A family's block quantizer gives
 // the portable one's values; the emulation may run where the CPU has none.
-const QuantRows& activations_for(Int8Kernel k, const float* x, int64_t rows, int64_t ldx,
-                                 int64_t cols, size_t threads) {
+const QuantRows& activations_for(Int8Kernel k, ActivationWidth width, const float* x, int64_t rows,
+                                 int64_t ldx, int64_t cols, size_t threads) {
   const bool tiled = k != kPortableInt8Kernel;
   const int64_t rows_padded =
       tiled ? (rows + kInt8TileRows - 1) / kInt8TileRows * kInt8TileRows : rows;
   thread_local QuantRows buffer;
-  quantize_activations(x, rows, ldx, cols, rows_padded, tiled, buffer, threads);
+  quantize_activations(x, rows, ldx, cols, rows_padded, tiled, width, int8_kernel_reads_bytes(k),
+                       buffer, threads);
   return buffer;
 }
+
+// The kernel k's range over quantized activations a: its word or its byte form.
+struct KernelRange {
+  arch::Int8Range words = nullptr;
+  arch::Int8ByteRange bytes = nullptr;
+  void operator()(const QuantRows& a, int64_t rows, const Int8Matrix& w, float* y, int64_t ldy,
+                  int64_t g0, int64_t g1) const {
+    if (bytes != nullptr)
+      bytes(a.u.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
+    else
+      words(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
+  }
+};
 
 // The shared frame of the int8 and q4 products: checks, x quantized once, then body(range, x's
 // rows, g0, g1) on each worker's chunk of w's output groups.
 template <typename Matrix, typename Body>
-void over_groups(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Matrix& w,
-                 size_t threads, Body body) {
+void over_groups(Int8Kernel k, ActivationWidth width, const float* x, int64_t rows, int64_t ldx,
+                 const Matrix& w, size_t threads, Body body) {
   check_int8_kernel(k);
+  const bool bytes = int8_kernel_reads_bytes(k);
+  if (bytes && width != ActivationWidth::k8Bit)
+    fail(ErrorKind::kUnsupported, "the {} int8 kernel multiplies 8-bit activations only",
+         int8_kernel_name(k));
   if (rows <= 0 || w.rows <= 0) return;
   if (threads == 0) threads = default_workers();
-  const QuantRows& a = activations_for(k, x, rows, ldx, w.cols, threads);
-  const arch::Int8Range range = kernel_range(k);
+  const QuantRows& a = activations_for(k, width, x, rows, ldx, w.cols, threads);
+  KernelRange range;
+  if (bytes)
+    range.bytes = kernel_byte_range(k);
+  else
+    range.words = kernel_range(k);
   group_chunks::run(w.groups, threads, 1, [&](int64_t g0, int64_t g1) { body(range, a, g0, g1); });
 }
 
@@ -292,17 +338,17 @@ Isa best_int8_isa() {
 }
 
 void gemm_int8_isa(Isa isa, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
-                   float* y, int64_t ldy, size_t threads) {
+                   float* y, int64_t ldy, size_t threads, ActivationWidth width) {
   if (!isa_supported(isa))
     fail(ErrorKind::kUnsupported, "this CPU cannot run the {} int8 kernels", isa_name(isa));
-  gemm_int8_kernel(int8_kernel_for(isa), x, rows, ldx, w, y, ldy, threads);
+  gemm_int8_kernel(int8_kernel_for(isa, width), x, rows, ldx, w, y, ldy, threads, width);
 }
 
 void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w,
-                      float* y, int64_t ldy, size_t threads) {
-  over_groups(k, x, rows, ldx, w, threads,
-              [&](arch::Int8Range range, const QuantRows& a, int64_t g0, int64_t g1) {
-                range(a.q.data(), a.kp, a.s.data(), rows, w, y, ldy, g0, g1);
+                      float* y, int64_t ldy, size_t threads, ActivationWidth width) {
+  over_groups(k, width, x, rows, ldx, w, threads,
+              [&](const KernelRange& range, const QuantRows& a, int64_t g0, int64_t g1) {
+                range(a, rows, w, y, ldy, g0, g1);
               });
 }
 
@@ -311,7 +357,7 @@ namespace {
 // Groups [g0, g1) of a q4 matrix as an Int8Matrix of their own (byte i of the packed q4 data
 // becomes int8 2i, its low nibble, and 2i + 1, its high nibble: Int8Matrix's order), then the
 // int8 kernel's range over them, writing their rows of y.
-void widen_and_run(arch::Int8Range range, const QuantRows& a, int64_t rows, const Int4Matrix& w,
+void widen_and_run(const KernelRange& range, const QuantRows& a, int64_t rows, const Int4Matrix& w,
                    int64_t g0, int64_t g1, float* y, int64_t ldy) {
   const int64_t group_bytes = w.blocks * kPairs * kGroup;
   const int64_t group_scales = w.blocks * kGroup;
@@ -333,24 +379,24 @@ void widen_and_run(arch::Int8Range range, const QuantRows& a, int64_t rows, cons
   const uint16_t* ss = w.scale.data() + g0 * group_scales;
   for (int64_t i = 0; i < n * group_scales; ++i)
     chunk.scale[static_cast<size_t>(i)] = f16_to_f32(ss[i]);
-  range(a.q.data(), a.kp, a.s.data(), rows, chunk, y + g0 * kGroup, ldy, 0, n);
+  range(a, rows, chunk, y + g0 * kGroup, ldy, 0, n);
 }
 
 }  // namespace
 
 void gemm_int4_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, const Int4Matrix& w,
-                      float* y, int64_t ldy, size_t threads) {
+                      float* y, int64_t ldy, size_t threads, ActivationWidth width) {
   // Each worker widens its own chunk of groups whole: widening a few groups at a time (256 KiB
   // or 1 MiB of int8 values) measured no faster at Kev-27B's dimensions and saved 23 MB.
-  over_groups(k, x, rows, ldx, w, threads,
-              [&](arch::Int8Range range, const QuantRows& a, int64_t g0, int64_t g1) {
+  over_groups(k, width, x, rows, ldx, w, threads,
+              [&](const KernelRange& range, const QuantRows& a, int64_t g0, int64_t g1) {
                 widen_and_run(range, a, rows, w, g0, g1, y, ldy);
               });
 }
 
 void gemm_int8(const float* x, int64_t rows, int64_t ldx, const Int8Matrix& w, float* y,
-               int64_t ldy, size_t threads) {
-  gemm_int8_kernel(best_int8_kernel(), x, rows, ldx, w, y, ldy, threads);
+               int64_t ldy, size_t threads, ActivationWidth width) {
+  gemm_int8_kernel(best_int8_kernel(width), x, rows, ldx, w, y, ldy, threads, width);
 }
 
 }  // namespace kev

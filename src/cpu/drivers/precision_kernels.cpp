@@ -23,51 +23,63 @@ namespace kev {
 namespace {
 
 constexpr int64_t kGroup = kInt8Group;  // outputs per packed group (Bf16PairMatrix's too)
-constexpr int kFamilyFirstId = 2;       // ids 0 and 1: portable / "none" and the emulation
-
-// What sets the two registries apart: the kernels of ids 0 and 1 (portable folder) and the
-// family's variants (ids 2...). Everything else is one rule for both.
+// What sets the two registries apart: the kernels of the portable folder (ids 0 to
+// kFamilyFirstId - 1) and the family's variants (the ids after). Everything else is one rule for
+// both.
 template <class Kernel>
 struct Registry;
 
 template <>
 struct Registry<Int8Kernel> {
-  static constexpr const char* kPortableNames[kFamilyFirstId] = {"portable", "avx512vnni-emulated"};
-  static constexpr arch::Int8Range kPortableRanges[kFamilyFirstId] = {
-      &portable::int8_range, &portable::int8_range_avx512_emulated};
+  static constexpr int kFamilyFirstId = 3;
+  static constexpr arch::Int8Variant kPortable[kFamilyFirstId] = {
+      {"portable", Isa::kPortable, nullptr, &portable::int8_range},
+      {"avx512vnni-emulated", Isa::kPortable, nullptr, &portable::int8_range_avx512_emulated},
+      {"avx512vnni-a8-emulated", Isa::kPortable, nullptr, nullptr,
+       &portable::int8_byte_range_avx512_emulated}};
   static std::span<const arch::Int8Variant> family() { return arch::int8_variants(); }
 };
 
 template <>
 struct Registry<Bf16Kernel> {
-  static constexpr const char* kPortableNames[kFamilyFirstId] = {"none", "avx512bf16-emulated"};
-  static constexpr arch::Bf16Range kPortableRanges[kFamilyFirstId] = {
-      nullptr, &portable::bf16_range_avx512_emulated};  // "none" has no kernel
+  static constexpr int kFamilyFirstId = 2;
+  static constexpr arch::Bf16Variant kPortable[kFamilyFirstId] = {
+      {"none", Isa::kPortable, nullptr, nullptr},  // "none" has no kernel
+      {"avx512bf16-emulated", Isa::kPortable, nullptr, &portable::bf16_range_avx512_emulated}};
   static std::span<const arch::Bf16Variant> family() { return arch::bf16_variants(); }
 };
+
+template <class Kernel>
+constexpr int kFamilyFirstId = Registry<Kernel>::kFamilyFirstId;
 
 // The family's entry for k, or nullptr (an id of the portable folder, or no kernel).
 template <class Kernel>
 auto variant_of(Kernel k) {
   const auto family = Registry<Kernel>::family();
-  const int index = k.id() - kFamilyFirstId;
+  const int index = k.id() - kFamilyFirstId<Kernel>;
   return index >= 0 && static_cast<size_t>(index) < family.size()
              ? &family[static_cast<size_t>(index)]
              : nullptr;
 }
 
+// k's entry, the portable folder's or the family's, or nullptr (no such id).
+template <class Kernel>
+auto entry_of(Kernel k) {
+  return k.id() >= 0 && k.id() < kFamilyFirstId<Kernel> ? &Registry<Kernel>::kPortable[k.id()]
+                                                        : variant_of(k);
+}
+
 template <class Kernel>
 std::vector<Kernel> all_kernels() {
   std::vector<Kernel> out;
-  for (size_t id = 0; id < kFamilyFirstId + Registry<Kernel>::family().size(); ++id)
+  for (size_t id = 0; id < kFamilyFirstId<Kernel> + Registry<Kernel>::family().size(); ++id)
     out.push_back(Kernel::of_id(static_cast<int>(id)));
   return out;
 }
 
 template <class Kernel>
 const char* name_of(Kernel k) {
-  if (k.id() >= 0 && k.id() < kFamilyFirstId) return Registry<Kernel>::kPortableNames[k.id()];
-  const auto* v = variant_of(k);
+  const auto* v = entry_of(k);
   return v != nullptr ? v->name : "?";
 }
 
@@ -82,18 +94,15 @@ std::optional<Kernel> find_by_name(std::string_view name) {
 // extension (if it names one).
 template <class Kernel>
 bool cpu_runs(Kernel k) {
-  if (k.id() >= 0 && k.id() < kFamilyFirstId) return true;
+  if (k.id() >= 0 && k.id() < kFamilyFirstId<Kernel>) return true;
   const auto* v = variant_of(k);
   return v != nullptr && isa_supported(v->level) && (v->cpu_runs == nullptr || v->cpu_runs());
 }
 
 template <class Kernel>
 auto range_of(Kernel k) {
-  decltype(variant_of(k)->range) range = nullptr;
-  if (k.id() >= 0 && k.id() < kFamilyFirstId)
-    range = Registry<Kernel>::kPortableRanges[k.id()];
-  else if (const auto* v = variant_of(k))
-    range = v->range;
+  const auto* v = entry_of(k);
+  const auto range = v != nullptr ? v->range : nullptr;
   if (range == nullptr)
     fail(ErrorKind::kInternal, "no '{}' kernel to run in this {} build", name_of(k), arch_name());
   return range;
@@ -102,15 +111,23 @@ auto range_of(Kernel k) {
 }  // namespace
 
 Int8Kernel family_int8_kernel(int index) {
-  return index < 0 ? kPortableInt8Kernel : Int8Kernel::of_id(kFamilyFirstId + index);
+  return index < 0 ? kPortableInt8Kernel : Int8Kernel::of_id(kFamilyFirstId<Int8Kernel> + index);
 }
 
 Bf16Kernel family_bf16_kernel(int index) {
-  return index < 0 ? kNoBf16Kernel : Bf16Kernel::of_id(kFamilyFirstId + index);
+  return index < 0 ? kNoBf16Kernel : Bf16Kernel::of_id(kFamilyFirstId<Bf16Kernel> + index);
 }
 
 arch::Int8Range kernel_range(Int8Kernel k) {
   return range_of(k);
+}
+
+arch::Int8ByteRange kernel_byte_range(Int8Kernel k) {
+  const arch::Int8Variant* v = entry_of(k);
+  if (v == nullptr || v->bytes == nullptr)
+    fail(ErrorKind::kInternal, "'{}' is not a byte kernel in this {} build", name_of(k),
+         arch_name());
+  return v->bytes;
 }
 arch::Bf16Range kernel_range(Bf16Kernel k) {
   return range_of(k);
@@ -135,11 +152,17 @@ Isa int8_kernel_level(Int8Kernel k) {
   return v != nullptr ? v->level : Isa::kPortable;
 }
 
-Int8Kernel int8_kernel_for(Isa isa) {
+bool int8_kernel_reads_bytes(Int8Kernel k) {
+  const arch::Int8Variant* v = entry_of(k);
+  return v != nullptr && v->bytes != nullptr;
+}
+Int8Kernel int8_kernel_for(Isa isa, ActivationWidth width) {
+  if (width == ActivationWidth::k8Bit)
+    if (const int bytes = arch::int8_byte_choice(isa); bytes >= 0) return family_int8_kernel(bytes);
   return family_int8_kernel(arch::int8_choice(isa));
 }
-Int8Kernel best_int8_kernel() {
-  return model_kernels().int8_kernel();
+Int8Kernel best_int8_kernel(ActivationWidth width) {
+  return model_kernels().int8_kernel(width);
 }
 
 // ---- bf16 ----

@@ -56,22 +56,26 @@ struct ProbeProblem {
   Bf16Matrix matrix() const { return {w.data(), kProbeOut, kProbeCols}; }
 };
 
-// The real int8 variant passes when it reproduces the portable kernel bit for bit.
+// The real int8 variant passes when it reproduces the portable kernel bit for bit (a byte
+// kernel with 8-bit activations, every other one with 16-bit).
 bool probe_int8(Int8Kernel k) {
   const ProbeProblem p;
   const Int8Matrix q = quantize_int8(p.matrix(), 1);
+  const ActivationWidth width =
+      int8_kernel_reads_bytes(k) ? ActivationWidth::k8Bit : ActivationWidth::k16Bit;
   std::vector<float> want(kProbeRows * kProbeOut), got(want.size(), NAN);
   gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), kProbeRows, kProbeCols, q, want.data(),
-                   kProbeOut, 1);
-  gemm_int8_kernel(k, p.x.data(), kProbeRows, kProbeCols, q, got.data(), kProbeOut, 1);
+                   kProbeOut, 1, width);
+  gemm_int8_kernel(k, p.x.data(), kProbeRows, kProbeCols, q, got.data(), kProbeOut, 1, width);
   for (size_t i = 0; i < want.size(); ++i)
     if (std::memcmp(&want[i], &got[i], sizeof(float)) != 0) {
       char line[256];
       std::snprintf(line, sizeof line,
                     "the %s int8 kernel disagrees with the portable one on its start-up probe "
-                    "(output %zu: %.9g, expected %.9g); using avx2 for this process",
+                    "(output %zu: %.9g, expected %.9g); using %s for this process",
                     int8_kernel_name(k), i, static_cast<double>(got[i]),
-                    static_cast<double>(want[i]));
+                    static_cast<double>(want[i]),
+                    int8_kernel_reads_bytes(k) ? "the int16 kernel" : "avx2");
       report_probe_failure(line);
       return false;
     }

@@ -29,6 +29,10 @@ int int8_choice(Isa) {
   return -1;
 }
 
+int int8_byte_choice(Isa) {
+  return -1;
+}
+
 std::span<const Int8Variant> int8_variants() {
   return {};
 }

@@ -72,6 +72,32 @@ struct EmuOps {
     for (int i = 0; i < 16; ++i) r.l[i] = uint32_t{p[2 * i]} | uint32_t{p[2 * i + 1]} << 16;
     return r;
   }
+  // vpsubd: per dword, wrapping.
+  static I sub_i(I a, I b) {
+    for (int i = 0; i < 16; ++i) a.l[i] -= b.l[i];
+    return a;
+  }
+  // vpermw zmm, idx, zmm with the byte kernel's fixed index: dword j of the result = word j
+  // (low half) and word 16 + j (high half) of v.
+  static I quads(I v) {
+    uint16_t w[32];
+    std::memcpy(w, v.l, 64);
+    I r;
+    for (int j = 0; j < 16; ++j) r.l[j] = uint32_t{w[j]} | uint32_t{w[16 + j]} << 16;
+    return r;
+  }
+  // vpdpbusd (AVX512_VNNI, no saturation): per dword lane i, acc + the sum over t < 4 of
+  // a.byte[4i + t] (unsigned) * b.byte[4i + t] (signed), wrapping modulo 2^32.
+  static I dpbusd(I acc, I a, I b) {
+    for (int i = 0; i < 16; ++i) {
+      int32_t sum = 0;
+      for (int t = 0; t < 4; ++t)
+        sum += int32_t{static_cast<uint8_t>(a.l[i] >> (8 * t))} *
+               int32_t{static_cast<int8_t>(static_cast<uint8_t>(b.l[i] >> (8 * t)))};
+      acc.l[i] += static_cast<uint32_t>(sum);
+    }
+    return acc;
+  }
   // vpdpwssd (AVX512_VNNI, no saturation): per dword lane i,
   // acc + a.w[2i] * b.w[2i] + a.w[2i+1] * b.w[2i+1], wrapping modulo 2^32.
   static I dpwssd(I acc, I a, I b) {

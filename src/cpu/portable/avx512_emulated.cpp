@@ -3,6 +3,7 @@
 // so this code can never be compiled into AVX-512 instructions and runs on any CPU.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "cpu/drivers/precision_variants.h"
 #include "cpu/portable/avx512_emu_ops.h"
@@ -18,6 +19,7 @@ using V = avx512::EmuOps;
 #define KEV_TARGET
 #include "cpu/bodies/tile512_bf16.inc"
 #include "cpu/bodies/tile512_int8.inc"
+#include "cpu/bodies/tile512_int8_bytes.inc"
 #undef KEV_TARGET
 }  // namespace emu
 
@@ -27,6 +29,12 @@ void int8_range_avx512_emulated(const int16_t* xq, int64_t kp, const float* sx, 
                                 const Int8Matrix& w, float* y, int64_t ldy, int64_t g0,
                                 int64_t g1) {
   emu::int8_range(xq, kp, sx, rows, w, y, ldy, g0, g1);
+}
+
+void int8_byte_range_avx512_emulated(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
+                                     const Int8Matrix& w, float* y, int64_t ldy, int64_t g0,
+                                     int64_t g1) {
+  emu::int8_byte_range(xu, kp, sx, rows, w, y, ldy, g0, g1);
 }
 
 void bf16_range_avx512_emulated(const uint16_t* xq, int64_t ldxq, int64_t rows,

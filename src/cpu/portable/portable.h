@@ -19,6 +19,10 @@ void int8_range(const int16_t* xq, int64_t kp, const float* sx, int64_t rows, co
 // (avx512_emu_ops.h): what machines without AVX-512, or of another architecture, test them with.
 void int8_range_avx512_emulated(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                                 const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
+// The byte kernel ("avx512vnni-a8") on the same emulation (an arch::Int8ByteRange).
+void int8_byte_range_avx512_emulated(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
+                                     const Int8Matrix& w, float* y, int64_t ldy, int64_t g0,
+                                     int64_t g1);
 void bf16_range_avx512_emulated(const uint16_t* xq, int64_t ldxq, int64_t rows,
                                 const Bf16PairMatrix& w, float* y, int64_t ldy, int64_t g0,
                                 int64_t g1);

@@ -52,6 +52,16 @@ struct Avx512BaseOps {
 
 struct Avx512VnniOps : Avx512BaseOps {
   KEV_OPS("avx512f,avx512vnni") I dpwssd(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
+  // The byte kernel's (tile512_int8_bytes.inc): vpdpbusd (unsigned a by signed b, no
+  // saturation), vpsubd, and vpermw into quad order: dword j = words j and 16 + j.
+  KEV_OPS("avx512f,avx512vnni") I dpbusd(I acc, I a, I b) { return _mm512_dpbusd_epi32(acc, a, b); }
+  KEV_OPS("avx512f") I sub_i(I a, I b) { return _mm512_sub_epi32(a, b); }
+  KEV_OPS("avx512f,avx512bw") I quads(I v) {
+    alignas(64) static constexpr uint16_t kOrder[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                        21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                        11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_load_si512(kOrder), v);
+  }
 };
 
 // Without VNNI: vpmaddwd then vpaddd. The same number modulo 2^32 as vpdpwssd (vpmaddwd's one

@@ -4,6 +4,7 @@
 // its start-up probe.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "cpu/drivers/precision_variants.h"
 #include "cpu/x86/avx512_ops.h"
@@ -19,6 +20,7 @@ namespace vnni {
 using V = avx512::Avx512VnniOps;
 #define KEV_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #include "cpu/bodies/tile512_int8.inc"
+#include "cpu/bodies/tile512_int8_bytes.inc"
 #undef KEV_TARGET
 }  // namespace vnni
 
@@ -41,6 +43,12 @@ using V = avx512::Avx512Bf16Ops;
 void int8_range_avx512_vnni(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                             const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   vnni::int8_range(xq, kp, sx, rows, w, y, ldy, g0, g1);
+}
+
+void int8_byte_range_avx512_vnni(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
+                                 const Int8Matrix& w, float* y, int64_t ldy, int64_t g0,
+                                 int64_t g1) {
+  vnni::int8_byte_range(xu, kp, sx, rows, w, y, ldy, g0, g1);
 }
 
 void int8_range_avx512_bw(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,

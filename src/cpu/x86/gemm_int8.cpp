@@ -130,7 +130,14 @@ void range_avx2(const int16_t* xq, int64_t kp, const float* sx, int64_t rows, co
 }
 
 // Positions in int8_variants().
-enum Int8Index { kAvx2Index, kAvx512BwIndex, kAvx512VnniIndex, kAmxIndex, kAmxEmulatedIndex };
+enum Int8Index {
+  kAvx2Index,
+  kAvx512BwIndex,
+  kAvx512VnniIndex,
+  kAmxIndex,
+  kAmxEmulatedIndex,
+  kAvx512VnniBytesIndex
+};
 
 // The AVX-512 int8 kernel of this CPU after its probe (AVX2's when it failed); needs kAvx512.
 // Not the AMX kernel, even where the CPU has it: under gemm_int8.h's per-block scales its tile
@@ -153,9 +160,11 @@ std::span<const Int8Variant> int8_variants() {
       {"avx512vnni", kAvx512, &cpu_has_avx512_vnni, &x86::int8_range_avx512_vnni},
       // Run by name only (KEV_INT8_KERNEL, tests, bench_gemm --int8-kernel).
       {"amxint8", kAvx512, &cpu_has_amx_int8, &x86::int8_range_amx},
-      {"amxint8-emulated", Isa::kPortable, nullptr, &x86::int8_range_amx_emulated}};
+      {"amxint8-emulated", Isa::kPortable, nullptr, &x86::int8_range_amx_emulated},
+      // 8-bit activations only (w8a8); int8_byte_choice.
+      {"avx512vnni-a8", kAvx512, &cpu_has_avx512_vnni, nullptr, &x86::int8_byte_range_avx512_vnni}};
   static_assert(kAvx2Index == 0 && kAvx512BwIndex == 1 && kAvx512VnniIndex == 2 && kAmxIndex == 3 &&
-                kAmxEmulatedIndex == 4);
+                kAmxEmulatedIndex == 4 && kAvx512VnniBytesIndex == 5);
   return kVariants;
 }
 
@@ -163,6 +172,15 @@ int int8_choice(Isa level) {
   if (level == kAvx512) return avx512_int8_choice();
   if (level == kAvx2) return kAvx2Index;
   return -1;
+}
+
+// vpdpbusd multiplies four byte pairs per lane where vpdpwssd multiplies two int16 pairs: with
+// AVX512_VNNI, once it passed its probe. (AVX2 and AVX-512 BW without VNNI keep int8_choice's
+// kernel, which computes 8-bit activations exactly too.)
+int int8_byte_choice(Isa level) {
+  if (level != kAvx512 || !cpu_has_avx512_vnni()) return -1;
+  static const bool passed = probe_kernel(family_int8_kernel(kAvx512VnniBytesIndex));
+  return passed ? int{kAvx512VnniBytesIndex} : -1;
 }
 
 QuantizeBlock quantize_block() {

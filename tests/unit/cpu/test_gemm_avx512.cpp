@@ -91,6 +91,55 @@ TEST(Avx512Emulation, DpwssdIsTheWrappingPairSum) {
             std::numeric_limits<int32_t>::min());
 }
 
+// vpdpbusd: four products of an unsigned byte of a and a signed byte of b per dword, added to
+// the accumulator modulo 2^32 (no saturation: that would be vpdpbusds).
+TEST(Avx512Emulation, DpbusdIsTheWrappingQuadSum) {
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<int32_t> i32(std::numeric_limits<int32_t>::min(),
+                                             std::numeric_limits<int32_t>::max());
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint8_t ab[64], bb[64];
+    for (int i = 0; i < 64; ++i) {
+      ab[i] = static_cast<uint8_t>(trial < 4 ? (trial % 2 == 0 ? 255 : 0) : byte(rng));
+      bb[i] = static_cast<uint8_t>(trial < 4 ? (trial < 2 ? 0x80 : 0x7f) : byte(rng));
+    }
+    EmuOps::I acc, a = EmuOps::load_i(ab), b = EmuOps::load_i(bb);
+    int32_t accv[16];
+    for (int i = 0; i < 16; ++i) {
+      accv[i] = trial % 3 == 0 ? std::numeric_limits<int32_t>::max() - i : i32(rng);
+      acc.l[i] = static_cast<uint32_t>(accv[i]);
+    }
+    const EmuOps::I r = EmuOps::dpbusd(acc, a, b);
+    for (int i = 0; i < 16; ++i) {
+      int64_t exact = accv[i];
+      for (int t = 0; t < 4; ++t)
+        exact += int64_t{ab[4 * i + t]} * int64_t{static_cast<int8_t>(bb[4 * i + t])};
+      const int64_t wrapped =
+          (exact % (int64_t{1} << 32) + (int64_t{1} << 32)) % (int64_t{1} << 32);
+      ASSERT_EQ(r.l[i], static_cast<uint32_t>(wrapped)) << "trial " << trial << " lane " << i;
+    }
+  }
+}
+
+// The byte kernel's word permutation: dword j = words j and 16 + j; and vpsubd.
+TEST(Avx512Emulation, QuadsAndSubtract) {
+  uint16_t words[32];
+  for (int i = 0; i < 32; ++i) words[i] = static_cast<uint16_t>(0x1000 + i * 257);
+  const EmuOps::I q = EmuOps::quads(EmuOps::load_i(words));
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(q.l[j] & 0xffffu, words[j]) << j;
+    EXPECT_EQ(q.l[j] >> 16, words[16 + j]) << j;
+  }
+  EmuOps::I a{}, b{};
+  for (int i = 0; i < 16; ++i) {
+    a.l[i] = static_cast<uint32_t>(i);
+    b.l[i] = static_cast<uint32_t>(2 * i);
+  }
+  const EmuOps::I d = EmuOps::sub_i(a, b);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(static_cast<int32_t>(d.l[i]), -i);
+}
+
 TEST(Avx512Emulation, WidenAndBroadcast) {
   int8_t src[32];
   for (int i = 0; i < 32; ++i) src[i] = static_cast<int8_t>(i * 9 - 128);
@@ -252,9 +301,38 @@ TEST(GemmAvx512Int8, RealEqualsEmulatedBitwise) {
     }
 }
 
+// The byte kernel (8-bit activations) against its emulation where this CPU has AVX512_VNNI
+// (the emulation's own bits are held to the contract in test_gemm_int8.cpp).
+TEST(GemmAvx512Int8, RealByteKernelEqualsEmulatedBitwise) {
+  const std::optional<Isa> avx512 = avx512_level();
+  if (!avx512 || !int8_kernel_supported(int8_named("avx512vnni-a8")))
+    GTEST_SKIP() << "this CPU has no AVX512_VNNI: only the emulated byte kernel runs here";
+  const Int8Kernel real = int8_named("avx512vnni-a8");
+  if (int8_kernel_for(*avx512, ActivationWidth::k8Bit) != real) {
+    skip_loudly(kernel_probe_note());
+    GTEST_SKIP() << "PROBE MISMATCH: " << kernel_probe_note();
+  }
+  unsigned seed = 70;
+  for (int64_t k : {32, 100, 2560})
+    for (int64_t n : {16, 72, 100}) {
+      const Problem p = gemm_test::make_normal(13, k, n, seed++);
+      const Int8Matrix q = quantize_int8(p.mat(), 1);
+      std::vector<float> want(static_cast<size_t>(p.m * p.n), NAN);
+      gemm_int8_kernel(int8_named("avx512vnni-a8-emulated"), p.x.data(), p.m, p.k, q, want.data(),
+                       p.n, 1, ActivationWidth::k8Bit);
+      for (size_t threads : {1, 3}) {
+        std::vector<float> y(want.size(), NAN);
+        gemm_int8_kernel(real, p.x.data(), p.m, p.k, q, y.data(), p.n, threads,
+                         ActivationWidth::k8Bit);
+        EXPECT_TRUE(same_bits(y, want)) << "k " << k << " n " << n << " threads " << threads;
+      }
+    }
+}
+
 // The probes' harness (fixed problem, comparison) accepts a correct kernel: the emulations.
 TEST(GemmAvx512Probe, PassesOnTheEmulatedKernels) {
   EXPECT_TRUE(probe_kernel(int8_named("avx512vnni-emulated"))) << kernel_probe_note();
+  EXPECT_TRUE(probe_kernel(int8_named("avx512vnni-a8-emulated"))) << kernel_probe_note();
   EXPECT_TRUE(probe_kernel(bf16_named("avx512bf16-emulated"))) << kernel_probe_note();
   EXPECT_TRUE(probe_kernel(kPortableInt8Kernel));
 }
@@ -271,6 +349,18 @@ TEST(GemmAvx512Int8, DispatchFollowsTheIsaLevel) {
     EXPECT_EQ(best_bf16_kernel(), kNoBf16Kernel);
   }
   EXPECT_TRUE(int8_kernel_supported(int8_named("avx512vnni-emulated")));
+  EXPECT_TRUE(int8_kernel_reads_bytes(int8_named("avx512vnni-a8-emulated")));
+  EXPECT_FALSE(int8_kernel_reads_bytes(int8_named("avx512vnni-emulated")));
+  // 8-bit activations: the byte kernel where AVX512_VNNI runs, else the 16-bit choice.
+  if (const std::optional<Isa> avx512 = avx512_level()) {
+    const Int8Kernel bytes = int8_named("avx512vnni-a8");
+    const Int8Kernel expect =
+        int8_kernel_supported(bytes) ? bytes : int8_kernel_for(*avx512, ActivationWidth::k16Bit);
+    EXPECT_EQ(int8_kernel_for(*avx512, ActivationWidth::k8Bit), expect);
+  }
+  if (avx2 && isa_supported(*avx2)) {
+    EXPECT_EQ(int8_kernel_for(*avx2, ActivationWidth::k8Bit), int8_named("avx2"));
+  }
   EXPECT_TRUE(bf16_kernel_supported(bf16_named("avx512bf16-emulated")));
 }
 

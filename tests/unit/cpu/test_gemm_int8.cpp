@@ -3,6 +3,7 @@
 // thread-independence, bitwise).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -10,6 +11,7 @@
 
 #include "gemm_problem.h"
 #include "kev/core/bf16.h"
+#include "kev/core/error.h"
 #include "kev/cpu/gemm_int8.h"
 #include "kev/cpu/precision_kernels.h"
 
@@ -125,6 +127,139 @@ TEST(GemmInt8, TileEdgesBitwiseOnEveryIsa) {
   }
 }
 
+// ---- 8-bit activations (`--precision w8a8`) ----
+
+// gemm_int8.h's contract with 8-bit activations, evaluated here from its text: per row and
+// block of 32, amax = max |v|, q = nearbyint(v * (127 / amax)) clamped to [-127, 127], scale
+// amax / 127 (a block with amax < 1e-30: zeros, scale 0); the weights by quantize_row_int8 (its
+// own rule is tested above); exact integer block sums; then acc = fma(float(isum), sx * sw, acc)
+// over the blocks in order.
+std::vector<float> contract_8bit(const Problem& p) {
+  const int64_t blocks = (p.k + 31) / 32;
+  std::vector<int8_t> qw(static_cast<size_t>(p.n * blocks * 32));
+  std::vector<float> sw(static_cast<size_t>(p.n * blocks));
+  for (int64_t j = 0; j < p.n; ++j) {
+    std::vector<float> row(static_cast<size_t>(p.k));
+    for (int64_t t = 0; t < p.k; ++t) row[static_cast<size_t>(t)] = bf16_to_f32(p.w[j * p.k + t]);
+    quantize_row_int8(row.data(), p.k, qw.data() + j * blocks * 32, sw.data() + j * blocks);
+  }
+  std::vector<float> y(static_cast<size_t>(p.m * p.n));
+  for (int64_t i = 0; i < p.m; ++i) {
+    std::vector<int> qx(static_cast<size_t>(blocks * 32), 0);
+    std::vector<float> sx(static_cast<size_t>(blocks), 0.0f);
+    for (int64_t b = 0; b < blocks; ++b) {
+      float amax = 0.0f;
+      for (int64_t t = b * 32; t < std::min(p.k, b * 32 + 32); ++t)
+        amax = std::max(amax, std::fabs(p.x[i * p.k + t]));
+      if (!(amax >= 1e-30f)) continue;
+      sx[static_cast<size_t>(b)] = amax / 127.0f;
+      for (int64_t t = b * 32; t < std::min(p.k, b * 32 + 32); ++t) {
+        const float r = std::nearbyint(p.x[i * p.k + t] * (127.0f / amax));
+        qx[static_cast<size_t>(t)] = static_cast<int>(std::min(127.0f, std::max(-127.0f, r)));
+      }
+    }
+    for (int64_t j = 0; j < p.n; ++j) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int64_t isum = 0;
+        for (int64_t t = b * 32; t < b * 32 + 32; ++t)
+          isum +=
+              int64_t{qx[static_cast<size_t>(t)]} * qw[static_cast<size_t>(j * blocks * 32 + t)];
+        acc = std::fma(static_cast<float>(isum),
+                       sx[static_cast<size_t>(b)] * sw[static_cast<size_t>(j * blocks + b)], acc);
+      }
+      y[static_cast<size_t>(i * p.n + j)] = acc;
+    }
+  }
+  return y;
+}
+
+// Every kernel that runs here (the portable one, each level's, the byte kernels and the
+// emulations) gives the contract's bits, on shapes at the tile and block edges, on any thread
+// count; and the result is not the 16-bit one.
+TEST(GemmInt8, EightBitActivationsFollowTheContract) {
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                         {3, 31, 17},
+                         {6, 64, 32},
+                         {7, 95, 33},
+                         {13, 256, 70},
+                         {23, 700, 53}}) {
+    Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(3 * m + k + n));
+    const Int8Matrix q = quantize_int8(p.mat(), 1);
+    const std::vector<float> want = contract_8bit(p);
+    for (Int8Kernel kern : int8_kernels()) {
+      if (!int8_kernel_supported(kern)) continue;
+      for (size_t threads : {1, 3}) {
+        std::vector<float> y(want.size(), NAN);
+        gemm_int8_kernel(kern, p.x.data(), m, k, q, y.data(), n, threads, ActivationWidth::k8Bit);
+        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4))
+            << int8_kernel_name(kern) << " threads=" << threads << " " << m << "x" << k << "x" << n;
+      }
+    }
+    for (Isa isa : supported_isas()) {
+      std::vector<float> y(want.size(), NAN);
+      gemm_int8_isa(isa, p.x.data(), m, k, q, y.data(), n, 2, ActivationWidth::k8Bit);
+      ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << isa_name(isa);
+    }
+    if (k >= 64) {
+      std::vector<float> y16(want.size());
+      gemm_int8_isa(Isa::kPortable, p.x.data(), m, k, q, y16.data(), n, 1);
+      EXPECT_NE(0, std::memcmp(y16.data(), want.data(), y16.size() * 4));
+    }
+  }
+}
+
+// Whole blocks at the ends of both ranges (|activation| and |weight| 127: the largest byte sums,
+// with u = 255 and u = 1) and zero blocks, through every kernel.
+TEST(GemmInt8, EightBitExtremeBlocksBitwise) {
+  Problem p{7, 96, 33, std::vector<float>(7 * 96), std::vector<uint16_t>(33 * 96)};
+  for (int64_t i = 0; i < 7 * 96; ++i)
+    p.x[static_cast<size_t>(i)] = (i / 96) % 3 == 2 ? 0.0f : ((i % 7) < 3 ? -2.0f : 2.0f);
+  for (int64_t i = 0; i < 33 * 96; ++i)
+    p.w[static_cast<size_t>(i)] = f32_to_bf16((i % 96) < 32 ? 0.0f : ((i % 5) < 2 ? -0.5f : 0.5f));
+  const Int8Matrix q = quantize_int8(p.mat(), 1);
+  const std::vector<float> want = contract_8bit(p);
+  for (Int8Kernel kern : int8_kernels()) {
+    if (!int8_kernel_supported(kern)) continue;
+    std::vector<float> y(want.size(), NAN);
+    gemm_int8_kernel(kern, p.x.data(), p.m, p.k, q, y.data(), p.n, 2, ActivationWidth::k8Bit);
+    EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << int8_kernel_name(kern);
+  }
+}
+
+// A byte kernel cannot multiply 16-bit activations: refused by name, not run.
+TEST(GemmInt8, ByteKernelsRefuseSixteenBitActivations) {
+  Problem p = gemm_test::make_normal(2, 64, 16, 4);
+  const Int8Matrix q = quantize_int8(p.mat(), 1);
+  std::vector<float> y(32);
+  int byte_kernels = 0;
+  for (Int8Kernel kern : int8_kernels()) {
+    if (!int8_kernel_reads_bytes(kern) || !int8_kernel_supported(kern)) continue;
+    ++byte_kernels;
+    EXPECT_THROW(gemm_int8_kernel(kern, p.x.data(), 2, 64, q, y.data(), 16, 1), Error)
+        << int8_kernel_name(kern);
+  }
+  EXPECT_GE(byte_kernels, 1);  // the emulation runs everywhere
+}
+
+TEST(GemmInt8, EightBitCloseToUnquantizedProduct) {
+  Problem p = gemm_test::make_normal(9, 1024, 70, 31);
+  const Int8Matrix q = quantize_int8(p.mat(), 2);
+  std::vector<float> y(static_cast<size_t>(p.m * p.n));
+  gemm_int8(p.x.data(), p.m, p.k, q, y.data(), p.n, 2, ActivationWidth::k8Bit);
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      double ref = 0;
+      for (int64_t t = 0; t < p.k; ++t)
+        ref += double(p.x[i * p.k + t]) * bf16_to_f32(p.w[j * p.k + t]);
+      err2 += (y[i * p.n + j] - ref) * (y[i * p.n + j] - ref);
+      ref2 += ref * ref;
+    }
+  // Each factor within half a step (amax / 254) of its block: about 1% relative RMS here.
+  EXPECT_LT(std::sqrt(err2 / ref2), 0.02);
+}
+
 // ---- Quantized bundles' stored forms (gemm_int8.h): q8 rows, q4 rows and their kernels ----
 
 // The rows of a Bf16 matrix as FP32.
@@ -223,6 +358,7 @@ Q4Case q4_case(const Problem& p) {
           pack_q8_rows(q8.data(), s8.data(), p.n, p.k, 2)};
 }
 
+// Every kernel, at each activation width it runs (the byte kernels: 8-bit only).
 TEST(StoredWeights, Q4KernelsEqualTheInt8KernelsOnTheWidenedValues) {
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
                          {5, 33, 15},
@@ -232,15 +368,19 @@ TEST(StoredWeights, Q4KernelsEqualTheInt8KernelsOnTheWidenedValues) {
                          {3, 9000, 70}}) {
     Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
     const Q4Case c = q4_case(p);
-    std::vector<float> ref(static_cast<size_t>(m * n));
-    gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, c.as_q8, ref.data(), n, 1);
-    for (Int8Kernel kern : int8_kernels()) {
-      if (!int8_kernel_supported(kern)) continue;
-      for (size_t threads : {1, 2, 3}) {
-        std::vector<float> y(static_cast<size_t>(m * n), NAN);
-        gemm_int4_kernel(kern, p.x.data(), m, k, c.q4, y.data(), n, threads);
-        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
-            << int8_kernel_name(kern) << " threads=" << threads << " " << m << "x" << k << "x" << n;
+    for (ActivationWidth width : {ActivationWidth::k16Bit, ActivationWidth::k8Bit}) {
+      std::vector<float> ref(static_cast<size_t>(m * n));
+      gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, c.as_q8, ref.data(), n, 1, width);
+      for (Int8Kernel kern : int8_kernels()) {
+        if (!int8_kernel_supported(kern)) continue;
+        if (int8_kernel_reads_bytes(kern) && width != ActivationWidth::k8Bit) continue;
+        for (size_t threads : {1, 2, 3}) {
+          std::vector<float> y(static_cast<size_t>(m * n), NAN);
+          gemm_int4_kernel(kern, p.x.data(), m, k, c.q4, y.data(), n, threads, width);
+          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+              << int8_kernel_name(kern) << " threads=" << threads << " " << m << "x" << k << "x"
+              << n << (width == ActivationWidth::k8Bit ? " 8-bit" : " 16-bit");
+        }
       }
     }
   }
