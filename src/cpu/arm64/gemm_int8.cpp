@@ -96,28 +96,36 @@ void micro_neon(const int16_t* const (&x)[kRows], const float* const (&sx)[kRows
     for (int c = 0; c < 4; ++c) vst1q_f32(out + r * kGroup + 4 * c, f[r][c]);
 }
 
-void int8_range_neon(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
-                     const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+// Output groups [g0, g1) of y by tiles of kRows rows through micro(x rows, scale rows, blocks,
+// the group's weights, its scales, out): the frame of both kernels below. A tile past the last
+// row repeats row m (its outputs are dropped), so no padding is read.
+template <typename T, typename Micro>
+void run_tiles(const T* xq, int64_t kp, const float* sx, int64_t rows, const Int8Matrix& w,
+               float* y, int64_t ldy, int64_t g0, int64_t g1, Micro micro) {
   const int64_t group_q = w.blocks * kPairs * kGroup * 2, group_s = w.blocks * kGroup;
   float out[kRows * kGroup];
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t nr = std::min(kGroup, w.rows - g * kGroup);
     for (int64_t m = 0; m < rows; m += kRows) {
       const int64_t mr = std::min<int64_t>(kRows, rows - m);
-      // A tile past the last row repeats row m (its outputs are dropped), so no padding is read.
-      const int16_t* xr[kRows];
+      const T* xr[kRows];
       const float* sr[kRows];
       for (int64_t i = 0; i < kRows; ++i) {
         const int64_t r = i < mr ? m + i : m;
         xr[i] = xq + r * kp;
         sr[i] = sx + r * w.blocks;
       }
-      micro_neon(xr, sr, w.blocks, w.q.data() + g * group_q, w.scale.data() + g * group_s, out);
+      micro(xr, sr, w.blocks, w.q.data() + g * group_q, w.scale.data() + g * group_s, out);
       for (int64_t i = 0; i < mr; ++i)
         std::memcpy(y + (m + i) * ldy + g * kGroup, out + i * kGroup,
                     static_cast<size_t>(nr) * sizeof(float));
     }
   }
+}
+
+void int8_range_neon(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
+                     const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  run_tiles(xq, kp, sx, rows, w, y, ldy, g0, g1, &micro_neon);
 }
 
 // ---- The byte kernel (8-bit activations, `--precision w8a8`): SDOT, four int8 products per
@@ -176,25 +184,7 @@ KEV_DOTPROD void micro_dotprod(const uint8_t* const (&x)[kRows], const float* co
 
 void int8_byte_range_dotprod(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
                              const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
-  const int64_t group_q = w.blocks * kPairs * kGroup * 2, group_s = w.blocks * kGroup;
-  float out[kRows * kGroup];
-  for (int64_t g = g0; g < g1; ++g) {
-    const int64_t nr = std::min(kGroup, w.rows - g * kGroup);
-    for (int64_t m = 0; m < rows; m += kRows) {
-      const int64_t mr = std::min<int64_t>(kRows, rows - m);
-      const uint8_t* xr[kRows];
-      const float* sr[kRows];
-      for (int64_t i = 0; i < kRows; ++i) {
-        const int64_t r = i < mr ? m + i : m;
-        xr[i] = xu + r * kp;
-        sr[i] = sx + r * w.blocks;
-      }
-      micro_dotprod(xr, sr, w.blocks, w.q.data() + g * group_q, w.scale.data() + g * group_s, out);
-      for (int64_t i = 0; i < mr; ++i)
-        std::memcpy(y + (m + i) * ldy + g * kGroup, out + i * kGroup,
-                    static_cast<size_t>(nr) * sizeof(float));
-    }
-  }
+  run_tiles(xu, kp, sx, rows, w, y, ldy, g0, g1, &micro_dotprod);
 }
 
 bool cpu_has_dotprod() {

@@ -38,4 +38,16 @@ inline Problem make_uniform(int64_t m, int64_t k, int64_t n, unsigned seed) {
   return make_problem(m, k, n, seed, std::uniform_real_distribution<float>(-1.0f, 1.0f), 1.0f);
 }
 
+// The quantization ranges' ends in whole blocks: 7 x 96 activations at +-2 (every value its
+// block's largest magnitude, so +-Q), every third row zero; 33 x 96 weights at +-0.5 (+-127), the
+// first block of each row zero.
+inline Problem make_extreme_blocks() {
+  Problem p{7, 96, 33, std::vector<float>(7 * 96), std::vector<uint16_t>(33 * 96)};
+  for (int64_t i = 0; i < 7 * 96; ++i)
+    p.x[static_cast<size_t>(i)] = (i / 96) % 3 == 2 ? 0.0f : ((i % 7) < 3 ? -2.0f : 2.0f);
+  for (int64_t i = 0; i < 33 * 96; ++i)
+    p.w[static_cast<size_t>(i)] = f32_to_bf16((i % 96) < 32 ? 0.0f : ((i % 5) < 2 ? -0.5f : 0.5f));
+  return p;
+}
+
 }  // namespace kev::gemm_test

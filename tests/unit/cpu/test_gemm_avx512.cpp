@@ -255,11 +255,7 @@ TEST(GemmAvx512Int8, EmulatedEqualsPortableBitwise) {
 // The quantization range's ends: |activation| = 32767 and |weight| = 127 in whole blocks (the
 // largest block sums, 32 * 32767 * 127), and zero blocks.
 TEST(GemmAvx512Int8, ExtremeBlocksBitwise) {
-  Problem p{7, 96, 33, std::vector<float>(7 * 96), std::vector<uint16_t>(33 * 96)};
-  for (int64_t i = 0; i < 7 * 96; ++i)
-    p.x[static_cast<size_t>(i)] = (i / 96) % 3 == 2 ? 0.0f : ((i % 7) < 3 ? -2.0f : 2.0f);
-  for (int64_t i = 0; i < 33 * 96; ++i)
-    p.w[static_cast<size_t>(i)] = f32_to_bf16((i % 96) < 32 ? 0.0f : ((i % 5) < 2 ? -0.5f : 0.5f));
+  const Problem p = gemm_test::make_extreme_blocks();
   const Int8Matrix q = quantize_int8(p.mat(), 1);
   EXPECT_TRUE(same_bits(run_int8(p, q, int8_named("avx512vnni-emulated"), 2),
                         run_int8(p, q, kPortableInt8Kernel, 1)));

@@ -212,11 +212,7 @@ TEST(GemmInt8, EightBitActivationsFollowTheContract) {
 // Whole blocks at the ends of both ranges (|activation| and |weight| 127: the largest byte sums,
 // with u = 255 and u = 1) and zero blocks, through every kernel.
 TEST(GemmInt8, EightBitExtremeBlocksBitwise) {
-  Problem p{7, 96, 33, std::vector<float>(7 * 96), std::vector<uint16_t>(33 * 96)};
-  for (int64_t i = 0; i < 7 * 96; ++i)
-    p.x[static_cast<size_t>(i)] = (i / 96) % 3 == 2 ? 0.0f : ((i % 7) < 3 ? -2.0f : 2.0f);
-  for (int64_t i = 0; i < 33 * 96; ++i)
-    p.w[static_cast<size_t>(i)] = f32_to_bf16((i % 96) < 32 ? 0.0f : ((i % 5) < 2 ? -0.5f : 0.5f));
+  const Problem p = gemm_test::make_extreme_blocks();
   const Int8Matrix q = quantize_int8(p.mat(), 1);
   const std::vector<float> want = contract_8bit(p);
   for (Int8Kernel kern : int8_kernels()) {
@@ -242,11 +238,8 @@ TEST(GemmInt8, ByteKernelsRefuseSixteenBitActivations) {
   EXPECT_GE(byte_kernels, 1);  // the emulation runs everywhere
 }
 
-TEST(GemmInt8, EightBitCloseToUnquantizedProduct) {
-  Problem p = gemm_test::make_normal(9, 1024, 70, 31);
-  const Int8Matrix q = quantize_int8(p.mat(), 2);
-  std::vector<float> y(static_cast<size_t>(p.m * p.n));
-  gemm_int8(p.x.data(), p.m, p.k, q, y.data(), p.n, 2, ActivationWidth::k8Bit);
+// The relative RMS error of y against a double evaluation of the unquantized product.
+double relative_rms_error(const Problem& p, const std::vector<float>& y) {
   double err2 = 0, ref2 = 0;
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = 0; j < p.n; ++j) {
@@ -256,8 +249,16 @@ TEST(GemmInt8, EightBitCloseToUnquantizedProduct) {
       err2 += (y[i * p.n + j] - ref) * (y[i * p.n + j] - ref);
       ref2 += ref * ref;
     }
+  return std::sqrt(err2 / ref2);
+}
+
+TEST(GemmInt8, EightBitCloseToUnquantizedProduct) {
+  Problem p = gemm_test::make_normal(9, 1024, 70, 31);
+  const Int8Matrix q = quantize_int8(p.mat(), 2);
+  std::vector<float> y(static_cast<size_t>(p.m * p.n));
+  gemm_int8(p.x.data(), p.m, p.k, q, y.data(), p.n, 2, ActivationWidth::k8Bit);
   // Each factor within half a step (amax / 254) of its block: about 1% relative RMS here.
-  EXPECT_LT(std::sqrt(err2 / ref2), 0.02);
+  EXPECT_LT(relative_rms_error(p, y), 0.02);
 }
 
 // ---- Quantized bundles' stored forms (gemm_int8.h): q8 rows, q4 rows and their kernels ----
@@ -391,18 +392,9 @@ TEST(StoredWeights, Q4CloseToUnquantizedProduct) {
   const Q4Case c = q4_case(p);
   std::vector<float> y(static_cast<size_t>(p.m * p.n));
   gemm_int4_kernel(best_int8_kernel(), p.x.data(), p.m, p.k, c.q4, y.data(), p.n, 2);
-  double err2 = 0, ref2 = 0;
-  for (int64_t i = 0; i < p.m; ++i)
-    for (int64_t j = 0; j < p.n; ++j) {
-      double ref = 0;
-      for (int64_t t = 0; t < p.k; ++t)
-        ref += double(p.x[i * p.k + t]) * bf16_to_f32(p.w[j * p.k + t]);
-      err2 += (y[i * p.n + j] - ref) * (y[i * p.n + j] - ref);
-      ref2 += ref * ref;
-    }
   // 15 levels over each block's range: relative RMS error about 0.1 on normal weights.
-  EXPECT_LT(std::sqrt(err2 / ref2), 0.15);
-  EXPECT_GT(std::sqrt(err2 / ref2), 0.01);  // and it is 4-bit: not the 8-bit error
+  EXPECT_LT(relative_rms_error(p, y), 0.15);
+  EXPECT_GT(relative_rms_error(p, y), 0.01);  // and it is 4-bit: not the 8-bit error
 }
 
 }  // namespace
