@@ -124,7 +124,7 @@ def main():
     ap.add_argument("--torch-threads", type=int, default=os.cpu_count())
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--questions", type=int, default=5, choices=range(1, 6), help="how many of the 5 questions")
-    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16", "int8"),
+    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16", "int8", "w8a8"),
                     help="modes whose decision_ms is measured")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
