@@ -64,18 +64,38 @@ inline void pairs_step(int32x4_t (&acc)[kRows][4], const int16x8_t (&x)[kRows], 
   for (int r = 0; r < kRows; ++r) pair_step<L>(acc[r], x[r], w);
 }
 
+// The tile's state, shared by both kernels: kRows rows x 16 outputs as [row][4 outputs].
+template <typename V>
+inline void fill(V (&tile)[kRows][4], V v) {
+  for (auto& r : tile)
+    for (auto& c : r) c = v;
+}
+
+// One block's exact sums into the tile's floats: per output f = fma(float(isum), sx * sw, f).
+inline void fold_block(float32x4_t (&f)[kRows][4], const int32x4_t (&acc)[kRows][4],
+                       const float* const (&sx)[kRows], int64_t b, const float* sw) {
+  for (int c = 0; c < 4; ++c) {
+    const float32x4_t s = vld1q_f32(sw + b * kGroup + 4 * c);
+    for (int r = 0; r < kRows; ++r)
+      f[r][c] = vfmaq_f32(f[r][c], vcvtq_f32_s32(acc[r][c]), vmulq_f32(vdupq_n_f32(sx[r][b]), s));
+  }
+}
+
+inline void store_tile(const float32x4_t (&f)[kRows][4], float* out) {
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < 4; ++c) vst1q_f32(out + r * kGroup + 4 * c, f[r][c]);
+}
+
 // kRows rows (x[r], scales sx[r]) x the 16 outputs of one group (weights w, scales sw, both
 // [block][..]) into out [kRows][16]: per block the exact int32 sums, then per output
 // f = fma(float(isum), sx * sw, f) in ascending block order.
 void micro_neon(const int16_t* const (&x)[kRows], const float* const (&sx)[kRows], int64_t blocks,
                 const int8_t* w, const float* sw, float* out) {
   float32x4_t f[kRows][4];
-  for (auto& r : f)
-    for (auto& c : r) c = vdupq_n_f32(0.0f);
+  fill(f, vdupq_n_f32(0.0f));
   for (int64_t b = 0; b < blocks; ++b) {
     int32x4_t acc[kRows][4];
-    for (auto& r : acc)
-      for (auto& c : r) c = vdupq_n_s32(0);
+    fill(acc, vdupq_n_s32(0));
     const int8_t* wb = w + b * kPairs * kGroup * 2;
     for (int64_t t = 0; t < kPairs / 4; ++t) {
       int16x8_t xv[kRows];
@@ -86,14 +106,9 @@ void micro_neon(const int16_t* const (&x)[kRows], const float* const (&sx)[kRows
       pairs_step<2>(acc, xv, wt);
       pairs_step<3>(acc, xv, wt);
     }
-    for (int c = 0; c < 4; ++c) {
-      const float32x4_t s = vld1q_f32(sw + b * kGroup + 4 * c);
-      for (int r = 0; r < kRows; ++r)
-        f[r][c] = vfmaq_f32(f[r][c], vcvtq_f32_s32(acc[r][c]), vmulq_f32(vdupq_n_f32(sx[r][b]), s));
-    }
+    fold_block(f, acc, sx, b, sw);
   }
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < 4; ++c) vst1q_f32(out + r * kGroup + 4 * c, f[r][c]);
+  store_tile(f, out);
 }
 
 // Output groups [g0, g1) of y by tiles of kRows rows through micro(x rows, scale rows, blocks,
@@ -154,13 +169,11 @@ KEV_DOTPROD inline void quad_step(int32x4_t (&acc)[kRows][4], const int8x16_t (&
 KEV_DOTPROD void micro_dotprod(const uint8_t* const (&x)[kRows], const float* const (&sx)[kRows],
                                int64_t blocks, const int8_t* w, const float* sw, float* out) {
   float32x4_t f[kRows][4];
-  for (auto& r : f)
-    for (auto& c : r) c = vdupq_n_f32(0.0f);
+  fill(f, vdupq_n_f32(0.0f));
   const uint8x16_t bias = vdupq_n_u8(0x80);
   for (int64_t b = 0; b < blocks; ++b) {
     int32x4_t acc[kRows][4];
-    for (auto& r : acc)
-      for (auto& c : r) c = vdupq_n_s32(0);
+    fill(acc, vdupq_n_s32(0));
     const int8_t* wb = w + b * kPairs * kGroup * 2;
     for (int64_t t = 0; t < kQuantBlock / 16; ++t) {
       int8x16_t xv[kRows];
@@ -172,14 +185,9 @@ KEV_DOTPROD void micro_dotprod(const uint8_t* const (&x)[kRows], const float* co
       quad_step<2>(acc, xv, wt);
       quad_step<3>(acc, xv, wt);
     }
-    for (int c = 0; c < 4; ++c) {
-      const float32x4_t s = vld1q_f32(sw + b * kGroup + 4 * c);
-      for (int r = 0; r < kRows; ++r)
-        f[r][c] = vfmaq_f32(f[r][c], vcvtq_f32_s32(acc[r][c]), vmulq_f32(vdupq_n_f32(sx[r][b]), s));
-    }
+    fold_block(f, acc, sx, b, sw);
   }
-  for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < 4; ++c) vst1q_f32(out + r * kGroup + 4 * c, f[r][c]);
+  store_tile(f, out);
 }
 
 void int8_byte_range_dotprod(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
