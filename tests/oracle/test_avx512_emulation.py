@@ -56,9 +56,12 @@ def test_dispatch():
     assert emu["gemm_int8_a8_kernel"] == "avx512vnni-a8-emulated"
     assert emu["gemm_bf16_dot"] == "avx512bf16-emulated"
     for cap in ({"KEV_ISA": "avx2"}, {"KEV_GEMM_ISA": "avx2"}):
-        capped = cpu({**EMULATE, **cap})["kernels"]
+        report = cpu({**EMULATE, **cap})
+        capped = report["kernels"]
         assert capped["gemm_int8_kernel"] in ("avx2", "portable") and capped["gemm_bf16_dot"] == "none"
-        assert capped["gemm_int8_a8_kernel"] == capped["gemm_int8_kernel"]
+        # w8a8 at the AVX2 level: AVX-VNNI's byte kernel where the CPU has it.
+        ymm_bytes = report["supported"].get("avx_vnni") and capped["gemm_int8_kernel"] == "avx2"
+        assert capped["gemm_int8_a8_kernel"] == ("avxvnni-a8" if ymm_bytes else capped["gemm_int8_kernel"])
 
 
 @pytest.mark.parametrize("precision", ["int8", "w8a8"])
@@ -102,6 +105,9 @@ NATIVE_AND_EMULATED = (
     ("bf16", "amx_bf16", {"KEV_BF16_KERNEL": "amxbf16"}, {"KEV_BF16_KERNEL": "amxbf16-emulated"}),
     ("int8", "avx512_vnni", {"KEV_INT8_KERNEL": "avx512vnni"}, EMULATE),
     ("int8", "amx_int8", {"KEV_INT8_KERNEL": "amxint8"}, {"KEV_INT8_KERNEL": "amxint8-emulated"}),
+    ("w8a8", "avx512_vnni", {"KEV_INT8_KERNEL": "avx512vnni-a8"},
+     {"KEV_INT8_KERNEL": "avx512vnni-a8-emulated"}),
+    ("w8a8", "avx_vnni", {"KEV_INT8_KERNEL": "avxvnni-a8"}, {"KEV_INT8_KERNEL": "avxvnni-a8-emulated"}),
 )
 
 
@@ -127,14 +133,14 @@ def test_amx_bf16_emulated_within_budget(model, tmp_path):
 
 
 def test_native_kernels_are_bitwise_their_emulation(model, tmp_path):
-    """Where the CPU runs AVX512-BF16, AVX512-VNNI, AMX-BF16 or AMX-INT8 natively, each native
+    """Where the CPU runs AVX512-BF16, AVX512-VNNI, AVX-VNNI, AMX-BF16 or AMX-INT8 natively, each native
     kernel gives exactly its emulation's bytes (so the emulation that covers other CPUs models it
     faithfully). On other CPUs there is nothing native to hold the emulation against, so the test
     skips there (test_dispatch still runs)."""
     supported = cpu({"KEV_ISA": "", "KEV_GEMM_ISA": ""})["supported"]
     pairs = [p for p in NATIVE_AND_EMULATED if supported.get(p[1])]
     if not pairs:
-        pytest.skip("this CPU has none of AVX512-BF16, AVX512-VNNI, AMX-BF16, AMX-INT8")
+        pytest.skip("this CPU has none of AVX512-BF16, AVX512-VNNI, AVX-VNNI, AMX-BF16, AMX-INT8")
     path, _ = model
     prefix, rows = ids(33, 9), [ids(41, 10), ids(5, 11), ids(1, 12)]
     payload = {"prefix": prefix, "rows": [{"ids": r} for r in rows]}

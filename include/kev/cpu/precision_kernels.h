@@ -7,8 +7,8 @@
 // - int8 (Int8Kernel): the contract of gemm_int8.h, bit for bit, for every kernel, whatever its
 //   level or CPU: "portable", the family's, and the emulation of a family kernel
 //   ("...-emulated", which runs on any CPU). They read the same packed Int8Matrix. Every kernel
-//   runs both activation widths, except the byte kernels ("avx512vnni-a8", its emulation
-//   "avx512vnni-a8-emulated", "neon-dotprod"), which multiply 8-bit activations only.
+//   runs both activation widths, except the byte kernels ("avx512vnni-a8", "avxvnni-a8", their
+//   emulations "...-a8-emulated", "neon-dotprod"), which multiply 8-bit activations only.
 // - bf16 dot (Bf16Kernel): "none" means the bf16 mode has no dot kernel here and rounds
 //   activations to BF16 before the BF16 x FP32 GEMM (gemm.h's order). A dot kernel computes
 //   y = bf16(x) * W^T with the activations rounded to BF16 (round to nearest even, bf16.h) and

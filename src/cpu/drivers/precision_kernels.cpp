@@ -31,12 +31,14 @@ struct Registry;
 
 template <>
 struct Registry<Int8Kernel> {
-  static constexpr int kFamilyFirstId = 3;
+  static constexpr int kFamilyFirstId = 4;
   static constexpr arch::Int8Variant kPortable[kFamilyFirstId] = {
       {"portable", Isa::kPortable, nullptr, &portable::int8_range},
       {"avx512vnni-emulated", Isa::kPortable, nullptr, &portable::int8_range_avx512_emulated},
       {"avx512vnni-a8-emulated", Isa::kPortable, nullptr, nullptr,
-       &portable::int8_byte_range_avx512_emulated}};
+       &portable::int8_byte_range_avx512_emulated},
+      {"avxvnni-a8-emulated", Isa::kPortable, nullptr, nullptr,
+       &portable::int8_byte_range_avx_vnni_emulated}};
   static std::span<const arch::Int8Variant> family() { return arch::int8_variants(); }
 };
 

@@ -1,7 +1,8 @@
 // The registry of the precision-mode kernels (precision_kernels.h) over what the portable folder
 // and the family folder hold: id 0 is the portable int8 kernel ("none" for bf16), id 1 the
-// portable emulation of the AVX-512 kernel, for int8 id 2 the emulation of the AVX-512 byte
-// kernel, then the family's variants in its order (arch::int8_variants, arch::bf16_variants).
+// portable emulation of the AVX-512 kernel, for int8 ids 2 and 3 the emulations of the AVX-512
+// and the AVX-VNNI byte kernels, then the family's variants in its order (arch::int8_variants,
+// arch::bf16_variants).
 // Private to the kernel layer. Thread safety: any thread.
 #pragma once
 #include "cpu/arch.h"

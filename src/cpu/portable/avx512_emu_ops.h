@@ -14,6 +14,7 @@
 namespace kev::avx512 {
 
 struct EmuOps {
+  static constexpr int kTileGroups = 2;  // the byte kernel's groups per tile, as the real ops
   struct I {
     uint32_t l[16];
   };

@@ -23,6 +23,11 @@ void int8_range_avx512_emulated(const int16_t* xq, int64_t kp, const float* sx, 
 void int8_byte_range_avx512_emulated(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
                                      const Int8Matrix& w, float* y, int64_t ldy, int64_t g0,
                                      int64_t g1);
+// The AVX-VNNI byte kernel ("avxvnni-a8") on the emulation of its 256-bit instructions
+// (portable/avx_vnni_emulated.cpp).
+void int8_byte_range_avx_vnni_emulated(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
+                                       const Int8Matrix& w, float* y, int64_t ldy, int64_t g0,
+                                       int64_t g1);
 void bf16_range_avx512_emulated(const uint16_t* xq, int64_t ldxq, int64_t rows,
                                 const Bf16PairMatrix& w, float* y, int64_t ldy, int64_t g0,
                                 int64_t g1);

@@ -51,6 +51,7 @@ struct Avx512BaseOps {
 };
 
 struct Avx512VnniOps : Avx512BaseOps {
+  static constexpr int kTileGroups = 2;  // the byte kernel's groups per tile (one zmm each)
   KEV_OPS("avx512f,avx512vnni") I dpwssd(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
   // The byte kernel's (tile512_int8_bytes.inc): vpdpbusd (unsigned a by signed b, no
   // saturation), vpsubd, and vpermw into quad order: dword j = words j and 16 + j.

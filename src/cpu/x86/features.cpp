@@ -43,7 +43,17 @@ std::span<const Level> levels() {
   return kLevels;
 }
 
-// The precision-mode extensions count only on top of the AVX-512 level.
+// CPUID.(7, 1):EAX bit 4. (Not __builtin_cpu_supports: clang 14 does not know "avxvnni".)
+bool cpu_has_avx_vnni() {
+  static const bool vnni = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return isa_supported(kAvx2) && __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 &&
+           (a >> 4 & 1u) != 0;
+  }();
+  return vnni;
+}
+
+// The other precision-mode extensions count only on top of the AVX-512 level.
 bool cpu_has_avx512_vnni() {
   static const bool vnni = isa_supported(kAvx512) && __builtin_cpu_supports("avx512vnni");
   return vnni;
@@ -91,7 +101,8 @@ bool cpu_has_amx_bf16() {
 }
 
 std::span<const Extension> extensions() {
-  static constexpr Extension kExtensions[] = {{"avx512_vnni", &cpu_has_avx512_vnni},
+  static constexpr Extension kExtensions[] = {{"avx_vnni", &cpu_has_avx_vnni},
+                                              {"avx512_vnni", &cpu_has_avx512_vnni},
                                               {"avx512_bf16", &cpu_has_avx512_bf16},
                                               {"amx_int8", &cpu_has_amx_int8},
                                               {"amx_bf16", &cpu_has_amx_bf16}};

@@ -136,7 +136,8 @@ enum Int8Index {
   kAvx512VnniIndex,
   kAmxIndex,
   kAmxEmulatedIndex,
-  kAvx512VnniBytesIndex
+  kAvx512VnniBytesIndex,
+  kAvxVnniBytesIndex
 };
 
 // The AVX-512 int8 kernel of this CPU after its probe (AVX2's when it failed); needs kAvx512.
@@ -162,9 +163,10 @@ std::span<const Int8Variant> int8_variants() {
       {"amxint8", kAvx512, &cpu_has_amx_int8, &x86::int8_range_amx},
       {"amxint8-emulated", Isa::kPortable, nullptr, &x86::int8_range_amx_emulated},
       // 8-bit activations only (w8a8); int8_byte_choice.
-      {"avx512vnni-a8", kAvx512, &cpu_has_avx512_vnni, nullptr, &x86::int8_byte_range_avx512_vnni}};
+      {"avx512vnni-a8", kAvx512, &cpu_has_avx512_vnni, nullptr, &x86::int8_byte_range_avx512_vnni},
+      {"avxvnni-a8", kAvx2, &cpu_has_avx_vnni, nullptr, &x86::int8_byte_range_avx_vnni}};
   static_assert(kAvx2Index == 0 && kAvx512BwIndex == 1 && kAvx512VnniIndex == 2 && kAmxIndex == 3 &&
-                kAmxEmulatedIndex == 4 && kAvx512VnniBytesIndex == 5);
+                kAmxEmulatedIndex == 4 && kAvx512VnniBytesIndex == 5 && kAvxVnniBytesIndex == 6);
   return kVariants;
 }
 
@@ -174,13 +176,20 @@ int int8_choice(Isa level) {
   return -1;
 }
 
-// vpdpbusd multiplies four byte pairs per lane where vpdpwssd multiplies two int16 pairs: with
-// AVX512_VNNI, once it passed its probe. (AVX2 and AVX-512 BW without VNNI keep int8_choice's
-// kernel, which computes 8-bit activations exactly too.)
+// vpdpbusd multiplies four byte pairs per lane where vpdpwssd multiplies two int16 pairs: at the
+// AVX-512 level with AVX512_VNNI, else (AVX2, or AVX-512 without its VNNI) with AVX-VNNI's ymm
+// form, each once it passed its probe. (Without either, int8_choice's kernel computes 8-bit
+// activations exactly too.)
 int int8_byte_choice(Isa level) {
-  if (level != kAvx512 || !cpu_has_avx512_vnni()) return -1;
-  static const bool passed = probe_kernel(family_int8_kernel(kAvx512VnniBytesIndex));
-  return passed ? int{kAvx512VnniBytesIndex} : -1;
+  if (level == kAvx512 && cpu_has_avx512_vnni()) {
+    static const bool passed = probe_kernel(family_int8_kernel(kAvx512VnniBytesIndex));
+    if (passed) return kAvx512VnniBytesIndex;
+  }
+  if (level.rank() >= kAvx2.rank() && cpu_has_avx_vnni()) {
+    static const bool passed = probe_kernel(family_int8_kernel(kAvxVnniBytesIndex));
+    if (passed) return kAvxVnniBytesIndex;
+  }
+  return -1;
 }
 
 QuantizeBlock quantize_block() {

@@ -9,6 +9,8 @@ namespace kev::arch {
 inline constexpr Isa kAvx2 = Isa::of_rank(1);    // AVX2 + FMA
 inline constexpr Isa kAvx512 = Isa::of_rank(2);  // AVX-512 F/BW/VL + FMA
 
+// AVX-VNNI (ymm vpdpbusd, VEX-encoded) on top of kAvx2 (false without kAvx2).
+bool cpu_has_avx_vnni();
 // Extensions on top of kAvx512 that the precision-mode kernels use (false without kAvx512).
 bool cpu_has_avx512_vnni();  // AVX512_VNNI: vpdpwssd
 bool cpu_has_avx512_bf16();  // AVX512_BF16: vdpbf16ps

@@ -14,6 +14,10 @@ void int8_range_avx512_vnni(const int16_t* xq, int64_t kp, const float* sx, int6
 void int8_byte_range_avx512_vnni(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
                                  const Int8Matrix& w, float* y, int64_t ldy, int64_t g0,
                                  int64_t g1);
+// arch::Int8ByteRange through ymm vpdpbusd (AVX-VNNI; 8-bit activations only;
+// x86/gemm_avx_vnni.cpp).
+void int8_byte_range_avx_vnni(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
+                              const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
 void int8_range_avx512_bw(const int16_t* xq, int64_t kp, const float* sx, int64_t rows,
                           const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1);
 // arch::Int8Range through AMX tiles (tdpbusd + tdpbssd on the int16 activations' two bytes;

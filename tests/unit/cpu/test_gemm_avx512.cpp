@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -297,38 +298,54 @@ TEST(GemmAvx512Int8, RealEqualsEmulatedBitwise) {
     }
 }
 
-// The byte kernel (8-bit activations) against its emulation where this CPU has AVX512_VNNI
-// (the emulation's own bits are held to the contract in test_gemm_int8.cpp).
-TEST(GemmAvx512Int8, RealByteKernelEqualsEmulatedBitwise) {
-  const std::optional<Isa> avx512 = avx512_level();
-  if (!avx512 || !int8_kernel_supported(int8_named("avx512vnni-a8")))
-    GTEST_SKIP() << "this CPU has no AVX512_VNNI: only the emulated byte kernel runs here";
-  const Int8Kernel real = int8_named("avx512vnni-a8");
-  if (int8_kernel_for(*avx512, ActivationWidth::k8Bit) != real) {
+// A byte kernel (8-bit activations) against its emulation ("<name>-emulated") where this CPU
+// runs it and `level` dispatches to it (the emulation's own bits are held to the contract in
+// test_gemm_int8.cpp). Returns whether it ran.
+bool byte_kernel_matches_its_emulation(const std::string& name, std::optional<Isa> level) {
+  if (!level) return false;  // not this architecture's, or not this CPU's
+  const Int8Kernel real = int8_named(name.c_str());
+  if (!int8_kernel_supported(real)) return false;
+  if (int8_kernel_for(*level, ActivationWidth::k8Bit) != real) {
     skip_loudly(kernel_probe_note());
-    GTEST_SKIP() << "PROBE MISMATCH: " << kernel_probe_note();
+    ADD_FAILURE() << "PROBE MISMATCH: " << kernel_probe_note();
+    return false;
   }
+  const Int8Kernel emulated = int8_named((name + "-emulated").c_str());
   unsigned seed = 70;
   for (int64_t k : {32, 100, 2560})
     for (int64_t n : {16, 72, 100}) {
       const Problem p = gemm_test::make_normal(13, k, n, seed++);
       const Int8Matrix q = quantize_int8(p.mat(), 1);
       std::vector<float> want(static_cast<size_t>(p.m * p.n), NAN);
-      gemm_int8_kernel(int8_named("avx512vnni-a8-emulated"), p.x.data(), p.m, p.k, q, want.data(),
-                       p.n, 1, ActivationWidth::k8Bit);
+      gemm_int8_kernel(emulated, p.x.data(), p.m, p.k, q, want.data(), p.n, 1,
+                       ActivationWidth::k8Bit);
       for (size_t threads : {1, 3}) {
         std::vector<float> y(want.size(), NAN);
         gemm_int8_kernel(real, p.x.data(), p.m, p.k, q, y.data(), p.n, threads,
                          ActivationWidth::k8Bit);
-        EXPECT_TRUE(same_bits(y, want)) << "k " << k << " n " << n << " threads " << threads;
+        EXPECT_TRUE(same_bits(y, want))
+            << name << " k " << k << " n " << n << " threads " << threads;
       }
     }
+  return true;
+}
+
+// AVX512_VNNI's byte kernel at the AVX-512 level, AVX-VNNI's at the AVX2 level.
+TEST(GemmAvx512Int8, RealByteKernelsEqualEmulatedBitwise) {
+  std::optional<Isa> avx2 = parse_isa("avx2");
+  if (avx2 && !isa_supported(*avx2)) avx2.reset();
+  const bool wide = byte_kernel_matches_its_emulation("avx512vnni-a8", avx512_level());
+  const bool narrow = byte_kernel_matches_its_emulation("avxvnni-a8", avx2);
+  if (!wide && !narrow)
+    GTEST_SKIP() << "this CPU has neither AVX512_VNNI nor AVX-VNNI: only the emulated byte "
+                    "kernels run here";
 }
 
 // The probes' harness (fixed problem, comparison) accepts a correct kernel: the emulations.
 TEST(GemmAvx512Probe, PassesOnTheEmulatedKernels) {
   EXPECT_TRUE(probe_kernel(int8_named("avx512vnni-emulated"))) << kernel_probe_note();
   EXPECT_TRUE(probe_kernel(int8_named("avx512vnni-a8-emulated"))) << kernel_probe_note();
+  EXPECT_TRUE(probe_kernel(int8_named("avxvnni-a8-emulated"))) << kernel_probe_note();
   EXPECT_TRUE(probe_kernel(bf16_named("avx512bf16-emulated"))) << kernel_probe_note();
   EXPECT_TRUE(probe_kernel(kPortableInt8Kernel));
 }
@@ -346,6 +363,7 @@ TEST(GemmAvx512Int8, DispatchFollowsTheIsaLevel) {
   }
   EXPECT_TRUE(int8_kernel_supported(int8_named("avx512vnni-emulated")));
   EXPECT_TRUE(int8_kernel_reads_bytes(int8_named("avx512vnni-a8-emulated")));
+  EXPECT_TRUE(int8_kernel_reads_bytes(int8_named("avxvnni-a8-emulated")));
   EXPECT_FALSE(int8_kernel_reads_bytes(int8_named("avx512vnni-emulated")));
   // 8-bit activations: the byte kernel where AVX512_VNNI runs, else the 16-bit choice.
   if (const std::optional<Isa> avx512 = avx512_level()) {
@@ -354,8 +372,11 @@ TEST(GemmAvx512Int8, DispatchFollowsTheIsaLevel) {
         int8_kernel_supported(bytes) ? bytes : int8_kernel_for(*avx512, ActivationWidth::k16Bit);
     EXPECT_EQ(int8_kernel_for(*avx512, ActivationWidth::k8Bit), expect);
   }
+  // At the AVX2 level: AVX-VNNI's byte kernel where the CPU has it, else the 16-bit choice.
   if (avx2 && isa_supported(*avx2)) {
-    EXPECT_EQ(int8_kernel_for(*avx2, ActivationWidth::k8Bit), int8_named("avx2"));
+    const Int8Kernel bytes = int8_named("avxvnni-a8");
+    EXPECT_EQ(int8_kernel_for(*avx2, ActivationWidth::k8Bit),
+              int8_kernel_supported(bytes) ? bytes : int8_named("avx2"));
   }
   EXPECT_TRUE(bf16_kernel_supported(bf16_named("avx512bf16-emulated")));
 }
