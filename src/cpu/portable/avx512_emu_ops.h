@@ -13,30 +13,21 @@
 
 namespace kev::avx512 {
 
-struct EmuOps {
-  static constexpr int kTileGroups = 2;  // the byte kernel's groups per tile, as the real ops
+// The lane-wise operations every emulated register width shares: N dwords (I) or N floats (F),
+// each instruction's semantics per lane; N = 16 for the 512-bit kernels below, 8 for the 256-bit
+// registers of AVX-VNNI's byte kernel (portable/avx_vnni_emulated.cpp).
+template <int N>
+struct EmuLanes {
   struct I {
-    uint32_t l[16];
+    uint32_t l[N];
   };
   struct F {
-    float l[16];
+    float l[N];
   };
-
-  static int16_t lo16(uint32_t d) { return static_cast<int16_t>(static_cast<uint16_t>(d)); }
-  static int16_t hi16(uint32_t d) { return static_cast<int16_t>(static_cast<uint16_t>(d >> 16)); }
-
   static I zero_i() { return I{}; }
   static void pin(I&) {}
   static void pin(F&) {}
-  // vpmovsxbw zmm, m256: 32 int8 sign-extended to 32 int16.
-  static I widen_i8(const int8_t* p) {
-    I r;
-    for (int i = 0; i < 16; ++i)
-      r.l[i] = static_cast<uint16_t>(int16_t{p[2 * i]}) |
-               static_cast<uint32_t>(static_cast<uint16_t>(int16_t{p[2 * i + 1]})) << 16;
-    return r;
-  }
-  // vpbroadcastd zmm, m32.
+  // vpbroadcastd.
   static I bcast32(const void* p) {
     uint32_t d;
     std::memcpy(&d, p, 4);
@@ -44,18 +35,78 @@ struct EmuOps {
     for (auto& v : r.l) v = d;
     return r;
   }
-  // vmovdqu32 zmm, m512.
+  // vmovdqu32 load.
   static I load_i(const void* p) {
     I r;
-    std::memcpy(r.l, p, 64);
+    std::memcpy(r.l, p, 4 * N);
     return r;
   }
-  // vmovdqu32 m512, zmm.
-  static void store_i(void* p, I v) { std::memcpy(p, v.l, 64); }
+  // vmovdqu32 store.
+  static void store_i(void* p, I v) { std::memcpy(p, v.l, 4 * N); }
   // vpaddd: per dword, wrapping.
   static I add_i(I a, I b) {
-    for (int i = 0; i < 16; ++i) a.l[i] += b.l[i];
+    for (int i = 0; i < N; ++i) a.l[i] += b.l[i];
     return a;
+  }
+  // vpsubd: per dword, wrapping.
+  static I sub_i(I a, I b) {
+    for (int i = 0; i < N; ++i) a.l[i] -= b.l[i];
+    return a;
+  }
+  // vpdpbusd (AVX512_VNNI and AVX-VNNI, no saturation): per dword lane i, acc + the sum over t < 4
+  // of a.byte[4i + t] (unsigned) * b.byte[4i + t] (signed), wrapping modulo 2^32.
+  static I dpbusd(I acc, I a, I b) {
+    for (int i = 0; i < N; ++i) {
+      int32_t sum = 0;
+      for (int t = 0; t < 4; ++t)
+        sum += int32_t{static_cast<uint8_t>(a.l[i] >> (8 * t))} *
+               int32_t{static_cast<int8_t>(static_cast<uint8_t>(b.l[i] >> (8 * t)))};
+      acc.l[i] += static_cast<uint32_t>(sum);
+    }
+    return acc;
+  }
+  static F zero_f() { return F{}; }
+  static F load_f(const float* p) {
+    F r;
+    std::memcpy(r.l, p, 4 * N);
+    return r;
+  }
+  static F bcast_f(float v) {
+    F r;
+    for (auto& x : r.l) x = v;
+    return r;
+  }
+  static void store_f(float* p, F v) { std::memcpy(p, v.l, 4 * N); }
+  // vcvtdq2ps (MXCSR default: round to nearest even, as C++'s int-to-float conversion).
+  static F cvt_f(I v) {
+    F r;
+    for (int i = 0; i < N; ++i) r.l[i] = static_cast<float>(static_cast<int32_t>(v.l[i]));
+    return r;
+  }
+  static F mul_f(F a, F b) {
+    for (int i = 0; i < N; ++i) a.l[i] = a.l[i] * b.l[i];
+    return a;
+  }
+  // vfmadd231ps: a * b + c rounded once.
+  static F fmadd_f(F a, F b, F c) {
+    for (int i = 0; i < N; ++i) c.l[i] = std::fma(a.l[i], b.l[i], c.l[i]);
+    return c;
+  }
+};
+
+struct EmuOps : EmuLanes<16> {
+  static constexpr int kTileGroups = 2;  // the byte kernel's groups per tile, as the real ops
+
+  static int16_t lo16(uint32_t d) { return static_cast<int16_t>(static_cast<uint16_t>(d)); }
+  static int16_t hi16(uint32_t d) { return static_cast<int16_t>(static_cast<uint16_t>(d >> 16)); }
+
+  // vpmovsxbw zmm, m256: 32 int8 sign-extended to 32 int16.
+  static I widen_i8(const int8_t* p) {
+    I r;
+    for (int i = 0; i < 16; ++i)
+      r.l[i] = static_cast<uint16_t>(int16_t{p[2 * i]}) |
+               static_cast<uint32_t>(static_cast<uint16_t>(int16_t{p[2 * i + 1]})) << 16;
+    return r;
   }
   // vpslld zmm, zmm, 8: every dword shifted left by 8, the bits shifted out lost.
   static I shl8_dwords(I v) {
@@ -73,11 +124,6 @@ struct EmuOps {
     for (int i = 0; i < 16; ++i) r.l[i] = uint32_t{p[2 * i]} | uint32_t{p[2 * i + 1]} << 16;
     return r;
   }
-  // vpsubd: per dword, wrapping.
-  static I sub_i(I a, I b) {
-    for (int i = 0; i < 16; ++i) a.l[i] -= b.l[i];
-    return a;
-  }
   // vpermw zmm, idx, zmm with the byte kernel's fixed index: dword j of the result = word j
   // (low half) and word 16 + j (high half) of v.
   static I quads(I v) {
@@ -86,18 +132,6 @@ struct EmuOps {
     I r;
     for (int j = 0; j < 16; ++j) r.l[j] = uint32_t{w[j]} | uint32_t{w[16 + j]} << 16;
     return r;
-  }
-  // vpdpbusd (AVX512_VNNI, no saturation): per dword lane i, acc + the sum over t < 4 of
-  // a.byte[4i + t] (unsigned) * b.byte[4i + t] (signed), wrapping modulo 2^32.
-  static I dpbusd(I acc, I a, I b) {
-    for (int i = 0; i < 16; ++i) {
-      int32_t sum = 0;
-      for (int t = 0; t < 4; ++t)
-        sum += int32_t{static_cast<uint8_t>(a.l[i] >> (8 * t))} *
-               int32_t{static_cast<int8_t>(static_cast<uint8_t>(b.l[i] >> (8 * t)))};
-      acc.l[i] += static_cast<uint32_t>(sum);
-    }
-    return acc;
   }
   // vpdpwssd (AVX512_VNNI, no saturation): per dword lane i,
   // acc + a.w[2i] * b.w[2i] + a.w[2i+1] * b.w[2i+1], wrapping modulo 2^32.
@@ -109,34 +143,6 @@ struct EmuOps {
       acc.l[i] = acc.l[i] + static_cast<uint32_t>(p0) + static_cast<uint32_t>(p1);
     }
     return acc;
-  }
-
-  static F zero_f() { return F{}; }
-  static F load_f(const float* p) {
-    F r;
-    std::memcpy(r.l, p, 64);
-    return r;
-  }
-  static F bcast_f(float v) {
-    F r;
-    for (auto& x : r.l) x = v;
-    return r;
-  }
-  static void store_f(float* p, F v) { std::memcpy(p, v.l, 64); }
-  // vcvtdq2ps (MXCSR default: round to nearest even, as C++'s int-to-float conversion).
-  static F cvt_f(I v) {
-    F r;
-    for (int i = 0; i < 16; ++i) r.l[i] = static_cast<float>(static_cast<int32_t>(v.l[i]));
-    return r;
-  }
-  static F mul_f(F a, F b) {
-    for (int i = 0; i < 16; ++i) a.l[i] = a.l[i] * b.l[i];
-    return a;
-  }
-  // vfmadd231ps: a * b + c rounded once.
-  static F fmadd_f(F a, F b, F c) {
-    for (int i = 0; i < 16; ++i) c.l[i] = std::fma(a.l[i], b.l[i], c.l[i]);
-    return c;
   }
 
   // vdpbf16ps after Intel's SDM: per lane i, srcdest += a.bf16[2i+1] * b.bf16[2i+1], then
