@@ -41,6 +41,10 @@ int int8_choice(Isa) {
   return -1;
 }
 
+int int8_byte_choice(Isa) {
+  return -1;
+}
+
 QuantizeBlock quantize_block() {
   return nullptr;
 }
