@@ -4,8 +4,8 @@
 // The peak is measured for the GEMM's own ISA (bench/fma_peak.h: the CPU family's probe, 0 where
 // it has none): no AVX-512 code runs on a CPU without it. The prefill is also given as a fraction
 // of its mode's own peak: that of the product instruction of the kernel the mode runs (bf16:
-// tdpbf16ps or vdpbf16ps; int8: vpdpwssd; w8a8: vpdpbusd; fp32 and a bf16 without a dot
-// kernel: FMA; 0 unknown).
+// tdpbf16ps or vdpbf16ps; int8: vpdpwssd or tdpbusd; w8a8: vpdpbusd on zmm, AVX-VNNI's on ymm,
+// or aarch64's sdot; fp32 and a bf16 without a dot kernel: FMA; 0 unknown).
 //
 // Usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] [chunked]
 //                    [fp32|bf16|int8|w8a8]
@@ -61,6 +61,8 @@ static ModePeak mode_peak(Precision p) {
         k.int8_kernel(p == Precision::kW8A8 ? ActivationWidth::k8Bit : ActivationWidth::k16Bit));
     if (name == "avx512vnni") return dot(name, DotProbe::kInt16Pairs, 1);
     if (name == "avx512vnni-a8") return dot(name, DotProbe::kInt8Quads, 1);
+    if (name == "avxvnni-a8") return dot(name, DotProbe::kInt8QuadsYmm, 1);
+    if (name == "neon-dotprod") return dot(name, DotProbe::kInt8Sdot, 1);
     // amxint8 multiplies each int16 activation as two bytes: two tile products per product.
     if (name == "amxint8") return dot(name, DotProbe::kAmxInt8, 0.5);
     return {name, "unknown", {}};
@@ -75,23 +77,36 @@ static double secs(Clock::time_point a) {
 using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
                          float, float*, int);
 
+static int usage(const char* why) {
+  if (why) std::fprintf(stderr, "bench_model: %s\n", why);
+  std::fprintf(stderr,
+               "usage: bench_model MODEL_DIR [state_tokens=512] [rows=8] [row_tokens=64] "
+               "[chunked] [fp32|bf16|int8|w8a8]\n");
+  return 2;
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: bench_model MODEL_DIR [state] [rows] [row_tokens] [--gdn chunked]\n");
-    return 2;
-  }
+  if (argc < 2 || std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)
+    return usage(nullptr);
   std::string dir = argv[1];
-  int64_t state_n = argc > 2 ? std::stoll(argv[2]) : 512;
-  int64_t rows_n = argc > 3 ? std::stoll(argv[3]) : 8;
-  int64_t row_len = argc > 4 ? std::stoll(argv[4]) : 64;
+  // The numbers in order (state_tokens, rows, row_tokens); the words anywhere after MODEL_DIR.
+  int64_t numbers[3] = {512, 8, 64};
+  int given = 0;
   ForwardOptions opts;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "chunked") opts.gdn = GdnMode::kChunked;
-    if (a == "fp32" || a == "bf16" || a == "int8" || a == "w8a8")
+    if (a == "chunked") {
+      opts.gdn = GdnMode::kChunked;
+    } else if (a == "fp32" || a == "bf16" || a == "int8" || a == "w8a8") {
       opts.precision = parse_precision(a);
+    } else if (!a.empty() && a.find_first_not_of("0123456789") == std::string::npos && given < 3 &&
+               a.size() < 9 && std::stoll(a) > 0) {
+      numbers[given++] = std::stoll(a);
+    } else {
+      return usage(("not a count or an option: " + a).c_str());
+    }
   }
+  const int64_t state_n = numbers[0], rows_n = numbers[1], row_len = numbers[2];
   auto t_load = Clock::now();
   auto model = Model::load(dir, opts);
   double load_s = secs(t_load);

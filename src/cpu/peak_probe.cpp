@@ -22,6 +22,10 @@ const char* dot_probe_name(DotProbe p) {
       return "vpdpwssd";
     case DotProbe::kInt8Quads:
       return "vpdpbusd";
+    case DotProbe::kInt8QuadsYmm:
+      return "vpdpbusd-ymm";
+    case DotProbe::kInt8Sdot:
+      return "sdot";
     case DotProbe::kAmxBf16:
       return "tdpbf16ps";
     case DotProbe::kAmxInt8:

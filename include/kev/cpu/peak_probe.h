@@ -20,11 +20,13 @@ double run_peak_probe(Isa level, long iters, bool fused);
 
 // The product instructions of the precision modes' kernels (precision_kernels.h).
 enum class DotProbe {
-  kBf16Pairs,   // vdpbf16ps (avx512bf16): BF16 pairs into FP32, 2 products a lane
-  kInt16Pairs,  // vpdpwssd (avx512vnni, the int8 mode's int16 activations): 2 products a lane
-  kInt8Quads,   // vpdpbusd (AVX-512 VNNI): u8 x s8 quadruples into int32, 4 products a lane
-  kAmxBf16,     // tdpbf16ps: a 16 x 16 FP32 tile += 16 x 32 BF16 times 32 x 16 BF16
-  kAmxInt8,     // tdpbusd: a 16 x 16 int32 tile += 16 x 64 u8 times 64 x 16 s8
+  kBf16Pairs,     // vdpbf16ps (avx512bf16): BF16 pairs into FP32, 2 products a lane
+  kInt16Pairs,    // vpdpwssd (avx512vnni, the int8 mode's int16 activations): 2 products a lane
+  kInt8Quads,     // vpdpbusd (AVX-512 VNNI): u8 x s8 quadruples into int32, 4 products a lane
+  kInt8QuadsYmm,  // vpdpbusd on ymm (AVX-VNNI, VEX): the same, 8 lanes
+  kInt8Sdot,      // sdot (aarch64 dotprod): s8 x s8 quadruples into int32, 4 products a lane
+  kAmxBf16,       // tdpbf16ps: a 16 x 16 FP32 tile += 16 x 32 BF16 times 32 x 16 BF16
+  kAmxInt8,       // tdpbusd: a 16 x 16 int32 tile += 16 x 64 u8 times 64 x 16 s8
 };
 const char* dot_probe_name(DotProbe p);  // the instruction: "vdpbf16ps", ..., "tdpbusd"
 // Whether this build has a probe for `p` and this CPU (and, for AMX, the OS) runs it.

@@ -28,6 +28,10 @@ constexpr auto kLevels = [] {
 
 }  // namespace
 
+bool cpu_has_dotprod() {
+  return hwcap(HWCAP_ASIMDDP);
+}
+
 const char* name() {
   return "aarch64";
 }
@@ -37,7 +41,7 @@ std::span<const Level> levels() {
 }
 
 std::span<const Extension> extensions() {
-  static constexpr Extension kExtensions[] = {{"dotprod", [] { return hwcap(HWCAP_ASIMDDP); }},
+  static constexpr Extension kExtensions[] = {{"dotprod", &cpu_has_dotprod},
                                               {"sve", [] { return hwcap(HWCAP_SVE); }}};
   return kExtensions;
 }

@@ -12,8 +12,6 @@
 // Thread safety: reentrant (writes only its outputs).
 
 #include <arm_neon.h>
-#include <asm/hwcap.h>
-#include <sys/auxv.h>
 
 #include <algorithm>
 #include <cstring>
@@ -193,10 +191,6 @@ KEV_DOTPROD void micro_dotprod(const uint8_t* const (&x)[kRows], const float* co
 void int8_byte_range_dotprod(const uint8_t* xu, int64_t kp, const float* sx, int64_t rows,
                              const Int8Matrix& w, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   run_tiles(xu, kp, sx, rows, w, y, ldy, g0, g1, &micro_dotprod);
-}
-
-bool cpu_has_dotprod() {
-  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 }
 
 // Positions in int8_variants().

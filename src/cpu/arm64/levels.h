@@ -7,4 +7,7 @@ namespace kev::arch {
 
 inline constexpr Isa kNeon = Isa::of_rank(1);  // Advanced SIMD
 
+// The SDOT / UDOT extension (HWCAP_ASIMDDP; ARMv8.2-A's optional dotprod).
+bool cpu_has_dotprod();
+
 }  // namespace kev::arch

@@ -1,8 +1,9 @@
 // The x86-64 peak probes of the precision modes' product instructions (kev/cpu/peak_probe.h's
 // DotProbe, for the benchmarks): 12 independent chains of vdpbf16ps / vpdpwssd / vpdpbusd on
-// zmm registers (latency 5 x 2 ports = 10 needed), or four independent AMX tile products a step
-// (tdpbf16ps / tdpbusd into tiles 0-3 from tiles 4-7; each result is read again only four
-// products later). A probe is offered only where the CPU (and, for AMX, Linux) runs it.
+// zmm registers (latency 5 x 2 ports = 10 needed), of AVX-VNNI's vpdpbusd on ymm, or four
+// independent AMX tile products a step (tdpbf16ps / tdpbusd into tiles 0-3 from tiles 4-7; each
+// result is read again only four products later). A probe is offered only where the CPU (and, for
+// AMX, Linux) runs it.
 #include <cstring>
 
 #include "cpu/arch.h"
@@ -19,7 +20,8 @@ void keep(const Vec* acc, int n) {
   alignas(64) int32_t lanes[16];
   int32_t sink = 0;
   for (int i = 0; i < n; ++i) {
-    std::memcpy(lanes, &acc[i], sizeof lanes);
+    static_assert(sizeof(Vec) <= sizeof lanes);
+    std::memcpy(lanes, &acc[i], sizeof(Vec));
     sink ^= lanes[0];
   }
   volatile int32_t kept = sink;
@@ -55,6 +57,16 @@ __attribute__((target("avx512f,avx512vnni"))) double int8_quads(long iters) {
     for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
   keep(acc, 12);
   return static_cast<double>(iters) * 12 * 16 * 4 * 2;
+}
+
+__attribute__((target("avx2,avxvnni"))) double int8_quads_ymm(long iters) {
+  __m256i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_epi32(i);
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+  for (long n = 0; n < iters; ++n)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_dpbusd_avx_epi32(acc[i], a, b);
+  keep(acc, 12);
+  return static_cast<double>(iters) * 12 * 8 * 4 * 2;
 }
 
 // Every tile 16 rows x 64 bytes (palette 1).
@@ -106,6 +118,10 @@ DotChains dot_chains(DotProbe which) {
       return cpu_has_avx512_vnni() ? int16_pairs : nullptr;
     case DotProbe::kInt8Quads:
       return cpu_has_avx512_vnni() ? int8_quads : nullptr;
+    case DotProbe::kInt8QuadsYmm:
+      return cpu_has_avx_vnni() ? int8_quads_ymm : nullptr;
+    case DotProbe::kInt8Sdot:
+      return nullptr;
     case DotProbe::kAmxBf16:
       return cpu_has_amx_bf16() ? amx_tiles<true> : nullptr;
     case DotProbe::kAmxInt8:

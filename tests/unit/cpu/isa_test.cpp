@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kev/core/error.h"
+#include "kev/cpu/peak_probe.h"
 
 namespace kev {
 namespace {
@@ -165,6 +166,43 @@ TEST(Isa, UnknownValuesAreRefusedByName) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
     EXPECT_NE(std::string(e.what()).find("KEV_MERGE_ISA=avx9"), std::string::npos) << e.what();
+  }
+}
+
+// The benchmarks' probes of the fast modes' product instructions: each is offered exactly where
+// the CPU runs its instruction (x86-64: as /proc/cpuinfo names the extension), and an offered
+// probe runs (no SIGILL) and counts 2 operations per product of its chains: 12 chains of
+// lanes x products per lane on the vector probes, 4 tile products of 16 x 16 x depth on AMX.
+TEST(PeakProbe, OfferedWhereTheInstructionRunsAndCountsItsProducts) {
+  struct Probe {
+    DotProbe probe;
+    const char* flag;     // the x86-64 cpuinfo flag, or nullptr
+    double ops_per_iter;  // 2 x the products of one iteration
+  };
+  const Probe probes[] = {
+      {DotProbe::kBf16Pairs, "avx512_bf16", 2.0 * 12 * 16 * 2},
+      {DotProbe::kInt16Pairs, "avx512_vnni", 2.0 * 12 * 16 * 2},
+      {DotProbe::kInt8Quads, "avx512_vnni", 2.0 * 12 * 16 * 4},
+      {DotProbe::kInt8QuadsYmm, "avx_vnni", 2.0 * 12 * 8 * 4},
+      {DotProbe::kInt8Sdot, nullptr, 2.0 * 12 * 4 * 4},
+      {DotProbe::kAmxBf16, nullptr, 2.0 * 4 * 16 * 16 * 32},
+      {DotProbe::kAmxInt8, nullptr, 2.0 * 4 * 16 * 16 * 64},
+  };
+  const bool x86 = std::string(arch_name()) == "x86-64";
+  const std::set<std::string> f = x86 ? cpuinfo_flags() : std::set<std::string>{};
+  for (const Probe& p : probes) {
+    SCOPED_TRACE(dot_probe_name(p.probe));
+    if (x86 && p.flag && !f.empty()) {
+      EXPECT_EQ(has_dot_peak_probe(p.probe), f.count(p.flag) == 1);
+    }
+    if (x86 && p.probe == DotProbe::kInt8Sdot) {
+      EXPECT_FALSE(has_dot_peak_probe(p.probe));
+    }
+    if (!has_dot_peak_probe(p.probe)) {
+      EXPECT_EQ(run_dot_peak_probe(p.probe, 3), 0.0);
+      continue;
+    }
+    EXPECT_EQ(run_dot_peak_probe(p.probe, 3), 3 * p.ops_per_iter);
   }
 }
 
