@@ -41,9 +41,9 @@ def ensure_bundle(a, work):
         os.makedirs(work, exist_ok=True)
         extra = ["--shape", a.shape, "--layers", str(a.layers), "--temperature", str(a.temperature),
                  "--seed", str(a.synth_seed)]
-        model = "kev-0.8b" if a.shape == "0.8b" and a.layers == 24 else "kev-4b"
+        model = a.model or ("kev-0.8b" if a.shape == "0.8b" and a.layers == 24 else "kev-4b")
         pin = ("--model", model)
-        if model == "kev-0.8b":  # its released revisions are not pinned: name synthetic ones
+        if model != "kev-4b":  # their released revisions are not pinned: name synthetic ones
             pin += ("--base-revision", "0" * 40, "--checkpoint-revision", "0" * 40)
         kevtest.synth_bundle(work, *extra, pin_args=pin)
     return bundle
@@ -108,6 +108,8 @@ def main():
     ap.add_argument("--questions", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=7, help="seed of the generated questions")
     ap.add_argument("--synth-seed", type=int, default=5)
+    ap.add_argument("--model", help="the Kev member to pin as (default: kev-0.8b at 0.8B dimensions and "
+                    "24 layers, else kev-4b); e.g. kev-27b-v1-lora for 64 layers")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=ARGS: another bundle made by kev quantize ARGS (shell words)")
     ap.add_argument("--no-int8", action="store_true", help="skip the exact bundle in int8 mode")
