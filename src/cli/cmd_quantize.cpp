@@ -1,4 +1,4 @@
-// kev quantize --bundle DIR --out DIR [--format q4|q8] [--q8 SPEC] [--q4 SPEC]
+// kev quantize --bundle DIR --out DIR [--format q4|q8] [--q8-layers N | --q8 SPEC --q4 SPEC]
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -14,12 +14,14 @@ namespace {
 struct QuantizeFlags {
   kev::QuantizeOptions q;
   std::string q8, q4;
+  int64_t q8_layers = -1;  // not given
   bool json = false;
 };
 
 int run_quantize_command(QuantizeFlags& o) {
   if (!o.q8.empty()) o.q.q8 = o.q8;
   if (!o.q4.empty()) o.q.q4 = o.q4;
+  if (o.q8_layers >= 0) o.q.q8_layers = o.q8_layers;
   const kev::QuantizeSummary s = kev::run_quantize(o.q);
   if (o.json) {
     nlohmann::json j = {{"out", s.out_dir},
@@ -61,6 +63,10 @@ const bool quantize_registered = kev::cli::register_command(
                      "projection rows stored at 8 bits, as class[@first-last],... or none "
                      "(default: the format's)");
       app.add_option("--q4", o->q4, "projection rows stored at 4 bits (same syntax)");
+      app.add_option("--q8-layers", o->q8_layers,
+                     "q4 only: the first N layers at 8 bits (default: a quarter of the layers, "
+                     "rounded up; the GDN query and key rows are at 8 bits in every layer)")
+          ->check(kev::cli::whole(0, 4096));
       app.add_option("--threads", o->q.threads, "worker threads (default: all cores)")
           ->check(kev::cli::whole(1, kev::kMaxThreads));
       app.add_flag("--json", o->json, "print the summary as JSON");

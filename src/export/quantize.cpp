@@ -178,16 +178,24 @@ std::string copy_verified(const std::string& from, const std::string& to, const 
 
 }  // namespace
 
-QuantDefaults quantize_defaults(const std::string& format, int64_t layers) {
+QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
+                                std::optional<int64_t> q8_layers) {
+  if (q8_layers && format != "q4")
+    fail(ErrorKind::kBadInput,
+         "--q8-layers chooses the q4 format's 8-bit layers; --format {} "
+         "has none",
+         format);
+  if (q8_layers && (*q8_layers < 0 || *q8_layers > layers))
+    fail(ErrorKind::kBadInput, "--q8-layers {}: the model has {} layers", *q8_layers, layers);
   if (format == "q8") return {int8_default_spec(layers), ""};
   if (format == "q4") {
     // docs/notes/quantization-study.md: 4 bits where int8 quantizes, 8 bits for the rest (the
-    // first quarter of the layers, and the GDN query and key rows after it).
-    const int64_t first = (layers + 3) / 4;
+    // first quarter of the layers, or --q8-layers, and the GDN query and key rows after them).
+    const int64_t first = q8_layers.value_or((layers + 3) / 4);
     if (first >= layers) return {"all", ""};
-    return {fmt::format("all@0-{},gdn_q@{}-{},gdn_k@{}-{}", first - 1, first, layers - 1, first,
-                        layers - 1),
-            int8_default_spec(layers)};
+    const std::string early = first > 0 ? fmt::format("all@0-{},", first - 1) : "";
+    return {fmt::format("{}gdn_q@{}-{},gdn_k@{}-{}", early, first, layers - 1, first, layers - 1),
+            late_layers_spec(first, layers)};
   }
   fail(ErrorKind::kBadInput, "unknown quantized format '{}' (expected q8 or q4)", format);
 }
@@ -219,7 +227,11 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
   if (weights->quantized())
     fail(ErrorKind::kBadInput, "{} already stores projections quantized", o.bundle);
   const int64_t layers = weights->config().layers;
-  const QuantDefaults d = quantize_defaults(o.format, layers);
+  if (o.q8_layers && (o.q8 || o.q4))
+    fail(ErrorKind::kBadInput,
+         "--q8-layers sets the q4 format's default selection, which --q8 / --q4 replace: give "
+         "one or the other");
+  const QuantDefaults d = quantize_defaults(o.format, layers, o.q8_layers);
   QuantizeSummary sum;
   sum.out_dir = o.out_dir;
   sum.q8 = o.q8.value_or(d.q8);

@@ -88,7 +88,10 @@ const char* weight_kind_name(WeightKind k) {
 // residual stream and carried through every later layer; GDN queries and keys are L2-normalised
 // per head, which turns a small head's absolute error into a large relative one).
 std::string int8_default_spec(int64_t layers) {
-  const int64_t first = (layers + 3) / 4;
+  return late_layers_spec((layers + 3) / 4, layers);
+}
+
+std::string late_layers_spec(int64_t first, int64_t layers) {
   if (first >= layers) return "none";
   std::string spec;
   for (int c = 0; c < kClasses; ++c) {

@@ -136,9 +136,10 @@ def parse_spec(spec, layers):
     return out
 
 
-def default_sets(fmt, layers):
-    """(q8 set, q4 set) of a format's defaults for a model of `layers` layers."""
-    first = -(-layers // 4)
+def default_sets(fmt, layers, first=None):
+    """(q8 set, q4 set) of a format's defaults for a model of `layers` layers (q4: its first
+    `first` layers at 8 bits, a quarter rounded up unless given)."""
+    first = -(-layers // 4) if first is None else first
     late = {(c, l) for c in CLASSES if c not in ("gdn_q", "gdn_k") for l in range(first, layers)}
     if fmt == "q8":
         return late, set()
@@ -425,6 +426,32 @@ def test_default_formats_match_the_oracle(source, quantized, fmt):
     else:
         assert "layers.0.mlp.up_proj.weight" not in reduced
         assert plan[f"layers.{last}.mlp.down_proj.weight"][0][2] == "q8"
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_q8_layers_moves_the_8_bit_layers(source, quantized, first):
+    out = quantized(f"q4-first{first}", "--q8-layers", str(first))
+    q8, q4 = default_sets("q4", source.layers, first)
+    assert default_sets("q4", source.layers) != (q8, q4)  # not the default's selection
+    plan, _ = check_bundle(source, out, q8, q4)
+    qkv0 = source.tensor("layers.0.linear_attn.in_proj_qkv.weight")[1][0]
+    q = source.cfg["linear_num_key_heads"] * source.cfg["linear_key_head_dim"]
+    want = [(0, qkv0, "q8")] if first else [(0, 2 * q, "q8"), (2 * q, qkv0, "q4")]
+    assert plan["layers.0.linear_attn.in_proj_qkv.weight"] == want
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("--q8-layers", "LAYERS+1"), ("--q8-layers", "layers")),
+    (("--format", "q8", "--q8-layers", "1"), ("--q8-layers", "q8")),
+    (("--q8-layers", "1", "--q8", "none", "--q4", "all"), ("--q8-layers", "--q8 / --q4")),
+], ids=["past-the-layers", "q8-format", "with-specs"])
+def test_bad_q8_layers_are_refused(source, tmp_path, args, needles):
+    args = [str(source.layers + 1) if a == "LAYERS+1" else a for a in args]
+    proc = refuse(str(tmp_path), source.bundle, *args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    for n in needles:
+        assert n in proc.stderr, (n, proc.stderr)
+    assert_nothing_left(str(tmp_path))
 
 
 CUSTOM = {

@@ -23,15 +23,19 @@ struct QuantizeOptions {
   std::string bundle, out_dir;
   std::string format = "q4";          // "q8" or "q4": the defaults of q8 / q4 below
   std::optional<std::string> q8, q4;  // quant_plan.h specs replacing the format's defaults
+  // q4 only, without q8 / q4: the first this many layers at 8 bits instead of a quarter.
+  std::optional<int64_t> q8_layers;
   size_t threads = 0;
 };
 
 // The default specs of a format for a model of `layers` layers (docs/bundle-format.md says how
-// they were chosen).
+// they were chosen); for q4, `q8_layers` (0..layers) replaces the quarter of the layers kept at
+// 8 bits.
 struct QuantDefaults {
   std::string q8, q4;
 };
-QuantDefaults quantize_defaults(const std::string& format, int64_t layers);
+QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
+                                std::optional<int64_t> q8_layers = std::nullopt);
 
 struct QuantizeSummary {
   std::string out_dir, q8, q4;

@@ -42,8 +42,11 @@ struct QuantSpecs {
 
 std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantSpecs& specs);
 
-// The int8 mode's default selection (docs/notes/int8-study.md): every projection from the
-// second quarter of the layers on (rounded up), except the GDN query and key rows.
+// Every projection of layers [first, layers) except the GDN query and key rows ("none" where
+// first >= layers).
+std::string late_layers_spec(int64_t first, int64_t layers);
+// The int8 mode's default selection (docs/notes/int8-study.md): late_layers_spec from the second
+// quarter of the layers on (rounded up).
 std::string int8_default_spec(int64_t layers);
 // The bf16 mode's (the same notes, "bf16's selection"): every projection of every layer except the
 // GDN query and key rows.
