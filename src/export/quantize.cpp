@@ -182,9 +182,7 @@ QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
                                 std::optional<int64_t> q8_layers) {
   if (q8_layers && format != "q4")
     fail(ErrorKind::kBadInput,
-         "--q8-layers chooses the q4 format's 8-bit layers; --format {} "
-         "has none",
-         format);
+         "--q8-layers chooses the q4 format's 8-bit layers; --format {} has none", format);
   if (q8_layers && (*q8_layers < 0 || *q8_layers > layers))
     fail(ErrorKind::kBadInput, "--q8-layers {}: the model has {} layers", *q8_layers, layers);
   if (format == "q8") return {int8_default_spec(layers), ""};
