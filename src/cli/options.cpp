@@ -141,6 +141,19 @@ CLI::Validator whole(uint64_t min, uint64_t max) {
       fmt::format("{}..{}", min, max));
 }
 
+CLI::Validator multiple_of(uint64_t unit, uint64_t min, uint64_t max) {
+  return named(
+      [unit, min, max](std::string& s) -> std::string {
+        uint64_t v = 0;
+        const bool ok = all_digits(s, 0) &&
+                        std::from_chars(s.data(), s.data() + s.size(), v).ec == std::errc() &&
+                        v >= min && v <= max && v % unit == 0;
+        if (ok) return "";
+        return fmt::format("{}: must be a multiple of {} from {} to {}", shown(s), unit, min, max);
+      },
+      fmt::format("{}..{} (multiple of {})", min, max, unit));
+}
+
 CLI::Validator integer(int64_t min, int64_t max) {
   return named(
       [min, max](std::string& s) -> std::string {

@@ -31,6 +31,8 @@ inline constexpr double kMaxTemperature = 1e6;       // calibration temperatures
 enum class Bound { kClosed, kOpen };
 
 CLI::Validator whole(uint64_t min, uint64_t max);
+// A whole number from min to max that is a multiple of unit.
+CLI::Validator multiple_of(uint64_t unit, uint64_t min, uint64_t max);
 CLI::Validator integer(int64_t min, int64_t max);
 CLI::Validator number(double lo, Bound lo_bound, double hi, Bound hi_bound);
 CLI::Validator one_of(std::vector<std::string> words);

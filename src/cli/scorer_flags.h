@@ -116,11 +116,16 @@ inline void add_scorer_flags(CLI::App& app, ScorerOptions& o) {
       ->capture_default_str();
   app.add_option("--threads", o.forward.threads, "compute threads per request (default: all cores)")
       ->check(whole(0, kMaxThreads));
+  app.add_option("--prefill-step", o.forward.prefill_step,
+                 "state tokens computed per step: the scratch memory grows with it, the answers do "
+                 "not change (a multiple of 64; docs/serving.md)")
+      ->check(multiple_of(static_cast<uint64_t>(kGdnChunkTokens), kGdnChunkTokens, kMaxTokens))
+      ->capture_default_str();
   add_precision_flag(app, o.forward.precision)
       ->description(
-          "projection arithmetic: fp32 (exact, default), bf16 or int8 (faster, within the parity "
-          "budget of docs/performance.md); also KEV_DTYPE=fp32|float32|bf16|bfloat16, which this "
-          "flag overrides");
+          "projection arithmetic: fp32 (exact, default), bf16, int8 or w8a8 (faster, within the "
+          "parity budget of docs/performance.md); also KEV_DTYPE=fp32|float32|bf16|bfloat16, "
+          "which this flag overrides");
   add_temperature_flag(app, o.temperature);
   app.add_option("--state-dir", o.state_dir,
                  "keep saved points on disk in this directory as well (created if missing; may "

@@ -263,6 +263,13 @@ def test_score_max_state_negative(env):
                    mentions="--max-state -5: must be a whole number from 1 to")
 
 
+@pytest.mark.parametrize("step", ["100", "0", "-64", "2048.0"])
+def test_prefill_step_must_be_a_multiple_of_the_gdn_chunk(env, step):
+    for cmd in ("score", "serve"):
+        assert_refused(cmd, ["--bundle", env["bundle"], "--prefill-step", step],
+                       mentions=f"--prefill-step {step}: must be a multiple of 64")
+
+
 def test_bench_warmup_and_concurrency_cannot_wrap(env):
     r = env["requests"]
     # Refused before anything is sent: the URL has no server behind it.

@@ -80,6 +80,22 @@ def test_cached_state_equals_fresh_state(bundle):
     assert mixed[1]["answers"] != out[0]["answers"]
 
 
+def test_prefill_step_changes_no_answer(bundle):
+    """--prefill-step cuts a long state's prefill into more steps (less scratch; that the step is
+    in effect: test_serve_admission's budget test): every answer is the default step's, bit for
+    bit, and the usage counts are too."""
+    long_state = {"log": [f"turn {i}: the customer asked about parcel {i * 37 % 101}" for i in range(40)]}
+    req = {"state": long_state, "questions": QUESTIONS}
+    proc, want = stream(bundle, [req], "--cache-entries", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert want[0]["usage"]["state_tokens"] > 3 * 64  # several steps of 64 tokens
+    for step in ("64", "192"):
+        proc, got = stream(bundle, [req], "--cache-entries", "0", "--prefill-step", step)
+        assert proc.returncode == 0, proc.stderr
+        assert got[0]["answers"] == want[0]["answers"], step
+        assert got[0]["usage"] == want[0]["usage"], step
+
+
 def test_permuting_questions_permutes_answers(bundle):
     ids = list(QUESTIONS)
     shuffled = {qid: QUESTIONS[qid] for qid in reversed(ids)}

@@ -14,7 +14,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
-from kevtest import ServeProcess, run_kev, synth_bundle, wait_for  # noqa: E402
+from kevtest import ServeProcess, synth_bundle, wait_for  # noqa: E402
 
 QUICK = {"state": "plain text state", "questions": {"q": {"type": "noul", "instructions": "Refund?"}}}
 
@@ -137,9 +137,9 @@ def text_config(bundle):
     return root.get("text_config", root)
 
 
-def memory_need(tc, state_tokens, branch_tokens, longest_branch, threads=2):
+def memory_need(tc, state_tokens, branch_tokens, longest_branch, threads=2, prefill_step=2048):
     """docs/serving.md "Memory of long states", written here from the config (fp32), for a
-    server started with --threads `threads`."""
+    server started with --threads `threads` (and --prefill-step `prefill_step`)."""
     layers = tc["num_hidden_layers"]
     if "layer_types" in tc:
         full = [t == "full_attention" for t in tc["layer_types"]]
@@ -159,7 +159,7 @@ def memory_need(tc, state_tokens, branch_tokens, longest_branch, threads=2):
     aux = max(kv_heads * head_dim, v_heads, heads * head_dim)
     ws = 4 * (4 * hidden + 2 * max(inter, 2 * heads * head_dim, v_heads * v_dim)
               + max(conv_dim, kv_heads * head_dim) + max(aux, conv_dim) + aux + rotary)
-    passes = max(min(state_tokens, 2048), min(branch_tokens, max(4096, longest_branch)))
+    passes = max(min(state_tokens, prefill_step), min(branch_tokens, max(4096, longest_branch)))
     att = 4 * 16 * (heads // kv_heads) * threads
     return kv * state_tokens + gdn + ws * passes + att * (state_tokens + longest_branch)
 
@@ -213,6 +213,33 @@ def test_memory_budget_refuses_exactly_what_cannot_fit(bundle):
     try:
         status, _, body = s.score(req)
         assert status == 200, body
+    finally:
+        s.close()
+
+
+def test_prefill_step_is_what_admission_counts(bundle):
+    """--prefill-step 64: the request needs the formula's bytes at a 64-token step (less than at
+    the default 2,048), and is scored in exactly that budget."""
+    tc = text_config(bundle)
+    req = long_request("step", words=400)
+    s = ServeProcess(bundle, "--log-format", "json", "--memory-budget", 1 << 40, "--prefill-step", 64)
+    try:
+        status, _, body = s.request("POST", "/v1/systemone?stepped", req)
+        assert status == 200, body
+        state, rows = logged_tokens(s, "stepped")
+    finally:
+        s.close()
+    need = memory_need(tc, state, rows, rows, prefill_step=64)
+    assert need < memory_need(tc, state, rows, rows)
+    s = ServeProcess(bundle, "--threads", 2, "--memory-budget", need - 1, "--prefill-step", 64)
+    try:
+        status, _, body = s.score(req)
+        assert status == 413 and f"({need} bytes" in body["detail"], (status, body)
+    finally:
+        s.close()
+    s = ServeProcess(bundle, "--threads", 2, "--memory-budget", need, "--prefill-step", 64)
+    try:
+        assert s.score(req)[0] == 200
     finally:
         s.close()
 
