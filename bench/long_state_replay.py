@@ -88,6 +88,7 @@ def main():
                     help="stop after state A and its repeat (no state B, no SIGTERM)")
     ap.add_argument("--sigterm-after", type=float, default=120.0,
                     help="seconds into state B at which the server gets SIGTERM")
+    ap.add_argument("--prefill-step", type=int, default=2048, help="kev serve --prefill-step")
     ap.add_argument("--log", default="long_state_replay.serve.log", help="the server's stderr")
     a = ap.parse_args()
     if a.words < 1 or a.sigterm_after < 0:
@@ -95,7 +96,8 @@ def main():
 
     with open(a.log, "w") as log:
         srv = subprocess.Popen([a.kev, "serve", "--bundle", a.bundle, "--port", "0", "--threads",
-                                str(a.threads), "--precision", a.precision, "--usage-details", "--decimals", "-1"], stdout=subprocess.PIPE,
+                                str(a.threads), "--precision", a.precision, "--prefill-step", str(a.prefill_step),
+                                "--usage-details", "--decimals", "-1"], stdout=subprocess.PIPE,
                                stderr=log, text=True)
     sampler = MemorySampler(srv.pid)
     sampler.start()

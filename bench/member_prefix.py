@@ -57,7 +57,7 @@ def size(path):
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-def prefix(kev, work, layers, words, threads, seed):
+def prefix(kev, work, layers, words, threads, seed, prefill_step):
     """Makes the prefix's bundles (unless there) and serves its q4 one: a dict of figures."""
     d = os.path.join(work, f"layers-{layers}")
     os.makedirs(d, exist_ok=True)
@@ -84,7 +84,8 @@ def prefix(kev, work, layers, words, threads, seed):
         out[f"{form}_bytes"] = size(q)
     proc = subprocess.run([sys.executable, os.path.join(HERE, "long_state_replay.py"), "--kev", kev, "--bundle",
                            os.path.join(d, "q4"), "--precision", "int8", "--words", str(words), "--threads",
-                           str(threads), "--state-a-only", "--log", os.path.join(d, "serve.log")],
+                           str(threads), "--prefill-step", str(prefill_step), "--state-a-only", "--log",
+                           os.path.join(d, f"serve-{prefill_step}.log")],
                           capture_output=True, text=True, check=True)
     state = re.search(r'"state_tokens":(\d+)', proc.stdout)
     peak = re.findall(r"peak (\{.*\})", proc.stdout)[-1]
@@ -125,12 +126,13 @@ def main():
     ap.add_argument("--words", type=int, default=3560, help="words of the served state (3560: 8,262 tokens)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=27)
+    ap.add_argument("--prefill-step", type=int, default=2048, help="kev serve --prefill-step")
     ap.add_argument("--json")
     a = ap.parse_args()
     depths = sorted(int(x) for x in a.depths.split(","))
     if len(depths) < 2 or any(x <= 0 or x % 4 or x >= LAYERS for x in depths):
         raise SystemExit("--depths: at least two multiples of 4 below 64")
-    runs = [prefix(a.kev, a.work, n, a.words, a.threads, a.seed) for n in depths]
+    runs = [prefix(a.kev, a.work, n, a.words, a.threads, a.seed, a.prefill_step) for n in depths]
     result = {"runs": runs, "kev_27b": whole(runs)}
     print(json.dumps(result["kev_27b"], indent=2))
     if a.json:
