@@ -7,14 +7,11 @@ import glob
 import hashlib
 import json
 import os
-import pickle
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
-import zipfile
 
 import pytest
 import torch

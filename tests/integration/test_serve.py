@@ -4,11 +4,9 @@ overload (nothing lost), concurrent correctness, and SIGTERM letting an in-fligh
 
 Every server is started with --port 0 on 127.0.0.1 and always killed in teardown; every loop is
 bounded in count and time."""
-import http.client
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time

@@ -12,7 +12,6 @@ import socket
 import struct
 import sys
 import threading
-import time
 
 import urllib.request
 
