@@ -149,7 +149,8 @@ CLI::Validator multiple_of(uint64_t unit, uint64_t min, uint64_t max) {
                         std::from_chars(s.data(), s.data() + s.size(), v).ec == std::errc() &&
                         v >= min && v <= max && v % unit == 0;
         if (ok) return "";
-        return fmt::format("{}: must be a multiple of {} from {} to {}", shown(s), unit, min, max);
+        return fmt::format("{}: must be a whole number from {} to {}, a multiple of {}", shown(s),
+                           min, max, unit);
       },
       fmt::format("{}..{} (multiple of {})", min, max, unit));
 }
