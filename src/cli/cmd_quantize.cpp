@@ -1,4 +1,5 @@
-// kev quantize --bundle DIR --out DIR [--format q4|q8] [--q8-layers N | --q8 SPEC --q4 SPEC]
+// kev quantize --bundle DIR --out DIR [--format q4|q8] [--q8-layers N | --q8 SPEC --q4 SPEC
+//   [--q5 SPEC]]
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -13,7 +14,7 @@ namespace {
 
 struct QuantizeFlags {
   kev::QuantizeOptions q;
-  std::string q8, q4;
+  std::string q8, q4, q5;
   int64_t q8_layers = -1;  // not given
   bool json = false;
 };
@@ -21,12 +22,14 @@ struct QuantizeFlags {
 int run_quantize_command(QuantizeFlags& o) {
   if (!o.q8.empty()) o.q.q8 = o.q8;
   if (!o.q4.empty()) o.q.q4 = o.q4;
+  if (!o.q5.empty()) o.q.q5 = o.q5;
   if (o.q8_layers >= 0) o.q.q8_layers = o.q8_layers;
   const kev::QuantizeSummary s = kev::run_quantize(o.q);
   if (o.json) {
     nlohmann::json j = {{"out", s.out_dir},
                         {"q8", s.q8},
                         {"q4", s.q4},
+                        {"q5", s.q5},
                         {"projections", s.projections},
                         {"parts", s.parts},
                         {"input_bytes", s.input_bytes},
@@ -36,17 +39,17 @@ int run_quantize_command(QuantizeFlags& o) {
   } else {
     std::printf(
         "quantized %s to %s: %llu projections in %llu parts, %.3f GB -> %.3f GB in %.1f s\n"
-        "  q8: %s\n  q4: %s\n",
+        "  q8: %s\n  q5: %s\n  q4: %s\n",
         o.q.bundle.c_str(), s.out_dir.c_str(), static_cast<unsigned long long>(s.projections),
         static_cast<unsigned long long>(s.parts), double(s.input_bytes) / 1e9,
         double(s.output_bytes) / 1e9, s.seconds, s.q8.empty() ? "none" : s.q8.c_str(),
-        s.q4.empty() ? "none" : s.q4.c_str());
+        s.q5.empty() ? "none" : s.q5.c_str(), s.q4.empty() ? "none" : s.q4.c_str());
   }
   return 0;
 }
 
 const bool quantize_registered = kev::cli::register_command(
-    "quantize", "store a BF16 bundle's projections at 8 or 4 bits (a new, verified bundle)",
+    "quantize", "store a BF16 bundle's projections at 8, 5 or 4 bits (a new, verified bundle)",
     [](CLI::App& app) {
       auto o = std::make_shared<QuantizeFlags>();
       app.add_option("--bundle", o->q.bundle, "BF16 bundle to quantize")
@@ -63,6 +66,7 @@ const bool quantize_registered = kev::cli::register_command(
                      "projection rows stored at 8 bits, as class[@first-last],... or none "
                      "(default: the format's)");
       app.add_option("--q4", o->q4, "projection rows stored at 4 bits (same syntax)");
+      app.add_option("--q5", o->q5, "projection rows stored at 5 bits (same syntax; default none)");
       app.add_option("--q8-layers", o->q8_layers,
                      "q4 only: the first N layers at 8 bits (default: a quarter of the layers, "
                      "rounded up; the GDN query and key rows are at 8 bits in every layer)")

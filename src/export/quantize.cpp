@@ -1,4 +1,4 @@
-// kev quantize (quantize.h): a BF16 bundle's big projections re-stored at 8 or 4 bits.
+// kev quantize (quantize.h): a BF16 bundle's big projections re-stored at 8, 5 or 4 bits.
 #include "kev/export/quantize.h"
 
 #include <fmt/format.h>
@@ -55,6 +55,11 @@ struct Planned {
   const ProjectionPlan* plan = nullptr;  // null: copied byte for byte
 };
 
+// Bytes per 32-value block of a q4 or q5 part (gemm_int8.h).
+int64_t low_bit_block_bytes(WeightKind k) {
+  return k == WeightKind::kQ5 ? kQuantBlock / 2 + 4 : kQuantBlock / 2;
+}
+
 std::string part_name(const std::string& tensor, const RowPart& r) {
   return fmt::format("{}@{}-{}.{}", tensor, r.row0, r.row1, weight_kind_name(r.kind));
 }
@@ -77,7 +82,7 @@ std::vector<TensorSpec> specs_of(const std::vector<Planned>& planned) {
         specs.push_back({name, DType::kI8, {n, blocks * kQuantBlock}});
         specs.push_back({name + ".scale", DType::kF32, {n, blocks}});
       } else {
-        specs.push_back({name, DType::kU8, {n, blocks * kQuantBlock / 2}});
+        specs.push_back({name, DType::kU8, {n, blocks * low_bit_block_bytes(r.kind)}});
         specs.push_back({name + ".scale", DType::kF16, {n, blocks}});
       }
     }
@@ -91,7 +96,7 @@ void write_quantized(SafetensorsWriter& out, const uint8_t* bf16, int64_t cols, 
                      const std::string& tensor, size_t threads) {
   const int64_t blocks = blocks_of(cols), n = r.row1 - r.row0;
   const bool q8 = r.kind == WeightKind::kQ8;
-  const int64_t row_bytes = q8 ? blocks * kQuantBlock : blocks * kQuantBlock / 2;
+  const int64_t row_bytes = q8 ? blocks * kQuantBlock : blocks * low_bit_block_bytes(r.kind);
   const int64_t scale_bytes = q8 ? 4 : 2;
   std::vector<uint8_t> values(static_cast<size_t>(std::min(n, kRowsPerChunk) * row_bytes));
   std::vector<uint8_t> scales(static_cast<size_t>(n * blocks * scale_bytes));
@@ -117,7 +122,10 @@ void write_quantized(SafetensorsWriter& out, const uint8_t* bf16, int64_t cols, 
             std::memcpy(s, sc.data(), sc.size() * 4);
           } else {
             std::vector<uint16_t> sc(static_cast<size_t>(blocks));
-            if (!quantize_row_q4(v.data(), cols, q, sc.data())) overflow[i] = row;
+            const bool fits = r.kind == WeightKind::kQ5
+                                  ? quantize_row_q5(v.data(), cols, q, sc.data())
+                                  : quantize_row_q4(v.data(), cols, q, sc.data());
+            if (!fits) overflow[i] = row;
             std::memcpy(s, sc.data(), sc.size() * 2);
           }
         },
@@ -125,9 +133,10 @@ void write_quantized(SafetensorsWriter& out, const uint8_t* bf16, int64_t cols, 
     for (int64_t row : overflow)
       if (row >= 0)
         fail(ErrorKind::kBadInput,
-             "{}: row {} has a block whose q4 scale (|max| / 8) overflows F16; store it as q8 or "
-             "bf16 (--q8 / --q4)",
-             tensor, r.row0 + row);
+             "{}: row {} has a block whose {} scale (|max| / {}) overflows F16; store it as q8 "
+             "or bf16 (--q8 / --{})",
+             tensor, r.row0 + row, weight_kind_name(r.kind), r.kind == WeightKind::kQ5 ? 16 : 8,
+             weight_kind_name(r.kind));
     out.write(values.data(), static_cast<size_t>((c1 - c0) * row_bytes));
     check_interrupted();
   }
@@ -225,17 +234,21 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
   if (weights->quantized())
     fail(ErrorKind::kBadInput, "{} already stores projections quantized", o.bundle);
   const int64_t layers = weights->config().layers;
-  if (o.q8_layers && (o.q8 || o.q4))
+  if (o.q8_layers && (o.q8 || o.q4 || o.q5))
     fail(ErrorKind::kBadInput,
-         "--q8-layers sets the q4 format's default selection, which --q8 / --q4 replace: give "
-         "one or the other");
+         "--q8-layers sets the q4 format's default selection, which --q8 / --q4 / --q5 replace: "
+         "give one or the other");
   const QuantDefaults d = quantize_defaults(o.format, layers, o.q8_layers);
   QuantizeSummary sum;
   sum.out_dir = o.out_dir;
   sum.q8 = o.q8.value_or(d.q8);
   sum.q4 = o.q4.value_or(d.q4);
-  const std::vector<ProjectionPlan> plans =
-      quantization_plan(weights->config(), QuantSpecs{sum.q8, sum.q4, "--q8", "--q4"});
+  sum.q5 = o.q5.value_or("");
+  QuantSpecs specs;
+  specs.q8 = sum.q8;
+  specs.q5 = sum.q5;
+  specs.q4 = sum.q4;
+  const std::vector<ProjectionPlan> plans = quantization_plan(weights->config(), specs);
   std::map<std::string, const ProjectionPlan*> by_tensor;
   for (const ProjectionPlan& p : plans)
     if (p.reduced()) by_tensor[weights->prefix() + p.name] = &p;
@@ -244,8 +257,10 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
         return std::any_of(p.parts.begin(), p.parts.end(),
                            [](const RowPart& r) { return r.kind != WeightKind::kExact; });
       }))
-    fail(ErrorKind::kBadInput, "--q8 '{}' and --q4 '{}' reduce no projection of {}; nothing to do",
-         sum.q8.empty() ? "none" : sum.q8, sum.q4.empty() ? "none" : sum.q4, o.bundle);
+    fail(ErrorKind::kBadInput,
+         "--q8 '{}', --q5 '{}' and --q4 '{}' reduce no projection of {}; nothing to do",
+         sum.q8.empty() ? "none" : sum.q8, sum.q5.empty() ? "none" : sum.q5,
+         sum.q4.empty() ? "none" : sum.q4, o.bundle);
   StagingDir staging(o.out_dir);
   std::map<std::string, std::string> outputs;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
@@ -304,6 +319,8 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
                       {"source",
                        {{"manifest_sha256", sha256_hex(read_file(o.bundle + "/" + kManifestFile))},
                         {"outputs", source_outputs}}}};
+  // Recorded only where given, so that the manifests of q8 / q4 bundles stay what they were.
+  if (!sum.q5.empty()) doc["quantized"]["q5"] = sum.q5;
   write_file_synced(staging.file(kManifestFile), doc.dump(2) + "\n");
   check_interrupted();
   check_unchanged();

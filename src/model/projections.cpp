@@ -33,7 +33,7 @@ std::unique_ptr<Bf16DotWeights> prepare_bf16(const ModelWeights& w, const ModelK
   d->packed = k.has_bf16_dot();
   const std::string selection = bf16_selection();
   const bool named = selection != bf16_default_spec();  // the default never gives two ranges
-  const QuantSpecs specs{selection, "", "KEV_BF16_CLASSES", ""};
+  const QuantSpecs specs = QuantSpecs::only(selection, "KEV_BF16_CLASSES");
   for (const ProjectionPlan& plan : quantization_plan(w.config(), specs)) {
     const Bf16Matrix& m = *w.projections().at(plan.name);
     for (const RowPart& r : plan.parts) {
@@ -74,8 +74,10 @@ std::vector<ReducedPart> stored_parts(const ModelWeights& w, const Bf16Matrix& m
       w.release_bytes(s.q, static_cast<size_t>(n * blocks * kQuantBlock));
       w.release_bytes(s.scale, static_cast<size_t>(n * blocks) * 4);
     } else {
-      p.q4 = pack_q4_rows(s.q, s.scale, n, m.cols, threads);
-      w.release_bytes(s.q, static_cast<size_t>(n * blocks * kQuantBlock / 2));
+      const bool q5 = s.rows.kind == WeightKind::kQ5;
+      p.q4 = q5 ? pack_q5_rows(s.q, s.scale, n, m.cols, threads)
+                : pack_q4_rows(s.q, s.scale, n, m.cols, threads);
+      w.release_bytes(s.q, static_cast<size_t>(n * blocks * (q5 ? 20 : kQuantBlock / 2)));
       w.release_bytes(s.scale, static_cast<size_t>(n * blocks) * 2);
     }
     parts.push_back(std::move(p));
@@ -102,7 +104,7 @@ std::unique_ptr<Int8Weights> prepare_int8(const ModelWeights& w, size_t threads)
   }
   // Each quantized range's BF16 pages leave the resident set once copied, so int8 does not hold
   // both (the mapping stays valid: fp32/bf16 later fault them back in).
-  const QuantSpecs specs{int8_selection(w), "", "KEV_INT8_CLASSES", ""};
+  const QuantSpecs specs = QuantSpecs::only(int8_selection(w), "KEV_INT8_CLASSES");
   for (const ProjectionPlan& plan : quantization_plan(w.config(), specs)) {
     if (!plan.reduced()) continue;
     const Bf16Matrix& m = *w.projections().at(plan.name);

@@ -77,6 +77,8 @@ const char* weight_kind_name(WeightKind k) {
       return "q8";
     case WeightKind::kQ4:
       return "q4";
+    case WeightKind::kQ5:
+      return "q5";
     default:
       return "bf16";
   }
@@ -112,6 +114,7 @@ std::string bf16_default_spec() {
 std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantSpecs& specs) {
   const Selection q8 = parse_spec(specs.q8, c.layers, specs.q8_what);
   const Selection q4 = parse_spec(specs.q4, c.layers, specs.q4_what);
+  const Selection q5 = parse_spec(specs.q5, c.layers, specs.q5_what);
   std::vector<ProjectionPlan> plans;
   // parts: (class, rows) in row order; consecutive rows of one kind form one part.
   auto add = [&](int64_t layer, std::string name, int64_t cols,
@@ -121,12 +124,19 @@ std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantS
     p.layer = layer;
     p.cols = cols;
     for (auto [cls, n] : parts) {
-      if (q8.has(layer, cls) && q4.has(layer, cls))
-        fail(ErrorKind::kBadInput, "{} and {} both select {} of layer {}", specs.q8_what,
-             specs.q4_what, kClassNames[cls], layer);
-      const WeightKind kind = q8.has(layer, cls)   ? WeightKind::kQ8
-                              : q4.has(layer, cls) ? WeightKind::kQ4
-                                                   : WeightKind::kExact;
+      const std::pair<const Selection*, const std::string*> by_kind[] = {
+          {&q8, &specs.q8_what}, {&q5, &specs.q5_what}, {&q4, &specs.q4_what}};
+      const WeightKind kinds[] = {WeightKind::kQ8, WeightKind::kQ5, WeightKind::kQ4};
+      WeightKind kind = WeightKind::kExact;
+      const std::string* chosen = nullptr;
+      for (int i = 0; i < 3; ++i) {
+        if (!by_kind[i].first->has(layer, cls)) continue;
+        if (chosen)
+          fail(ErrorKind::kBadInput, "{} and {} both select {} of layer {}", *chosen,
+               *by_kind[i].second, kClassNames[cls], layer);
+        chosen = by_kind[i].second;
+        kind = kinds[i];
+      }
       if (!p.parts.empty() && p.parts.back().kind == kind)
         p.parts.back().row1 += n;
       else

@@ -151,7 +151,8 @@ class Binder {
       if (std::sscanf(suffix.c_str(), "%lld-%lld.%7s", &r0, &r1, kind) != 3 ||
           fmt::format("{}-{}.{}", r0, r1, kind) != suffix || r0 < 0 || r1 <= r0 || r1 > rows)
         fail(ErrorKind::kBadInput,
-             "{}: tensor '{}' is not a part <rows>@<r0>-<r1>.<bf16|q8|q4> of a {}-row projection",
+             "{}: tensor '{}' is not a part <rows>@<r0>-<r1>.<bf16|q8|q4|q5> of a {}-row "
+             "projection",
              f->path(), t->name, rows);
       StoredPart part;
       part.rows = {r0, r1, WeightKind::kExact};
@@ -159,10 +160,12 @@ class Binder {
       const std::string k = kind;
       if (k == "bf16") {
         expect(*f, *t, DType::kBF16, {n, cols});
-      } else if (k == "q8" || k == "q4") {
-        part.rows.kind = k == "q8" ? WeightKind::kQ8 : WeightKind::kQ4;
-        expect(*f, *t, k == "q8" ? DType::kI8 : DType::kU8,
-               {n, blocks * (k == "q8" ? kQuantBlock : kQuantBlock / 2)});
+      } else if (k == "q8" || k == "q4" || k == "q5") {
+        part.rows.kind = k == "q8"   ? WeightKind::kQ8
+                         : k == "q4" ? WeightKind::kQ4
+                                     : WeightKind::kQ5;
+        const int64_t block_bytes = k == "q8" ? kQuantBlock : k == "q4" ? 16 : 20;
+        expect(*f, *t, k == "q8" ? DType::kI8 : DType::kU8, {n, blocks * block_bytes});
         auto sc = cat_.by_name.find(it->first + ".scale");
         if (sc == cat_.by_name.end())
           fail(ErrorKind::kBadInput, "{}: tensor '{}' has no '{}.scale'", f->path(), t->name,
@@ -315,13 +318,21 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
 }
 
 std::string ModelWeights::stored_kinds() const {
-  bool q8 = false, q4 = false;
+  bool has[3] = {};  // q4, q5, q8
   for (const auto& [name, parts] : stored_)
     for (const StoredPart& p : parts) {
-      q8 = q8 || p.rows.kind == WeightKind::kQ8;
-      q4 = q4 || p.rows.kind == WeightKind::kQ4;
+      has[0] = has[0] || p.rows.kind == WeightKind::kQ4;
+      has[1] = has[1] || p.rows.kind == WeightKind::kQ5;
+      has[2] = has[2] || p.rows.kind == WeightKind::kQ8;
     }
-  return q4 && q8 ? "q4+q8" : q4 ? "q4" : q8 ? "q8" : quantized() ? "bf16" : "";
+  std::string kinds;
+  const char* names[] = {"q4", "q5", "q8"};
+  for (int i = 0; i < 3; ++i)
+    if (has[i]) {
+      if (!kinds.empty()) kinds += '+';
+      kinds += names[i];
+    }
+  return !kinds.empty() ? kinds : quantized() ? "bf16" : "";
 }
 
 void ModelWeights::release_pages(const Bf16Matrix& m) const {

@@ -4,17 +4,19 @@ The oracle is written here in numpy from the format's published description (it 
 which projections of a model are "big" (from config.json's layer_types and GDN widths), how a
 spec (`class[@first-last],...`, `all`, `gdn_qkv`, `none`) selects class/layer pairs, the default
 specs of `--format q4` / `--format q8` (F = ceil(layers / 4)), how a projection's rows are cut
-into parts of one kind each (`W@r0-r1.bf16|q8|q4`, a q8/q4 part followed by its `.scale`), and
-the q8 / q4 rules per row and 32-value block in float32 arithmetic (nearbyint = round half to
-even, the F16 scale of q4 rounded to nearest even, two nibbles per byte, low nibble first).
+into parts of one kind each (`W@r0-r1.bf16|q8|q4|q5`, a q8/q4/q5 part followed by its `.scale`),
+and the q8 / q4 / q5 rules per row and 32-value block in float32 arithmetic (nearbyint = round
+half to even, the F16 scale of q4 / q5 rounded to nearest even, two nibbles per byte, low nibble
+first, q5's fifth bits in a little-endian word after each block's nibbles).
 Safetensors files are parsed by a small reader here (u64 LE header length, JSON header, raw
 data) so that I8 / U8 / F16 are compared as raw bytes.
 
 Proved here:
-- every tensor of a `--format q4`, a `--format q8` and custom-spec bundles is byte-for-byte the
-  oracle's (names, kinds, row ranges, dtypes, shapes, data, order within the shard); every other
-  tensor and file is the source's; the index's weight_map names the shards' tensors; the
-  manifest's `quantized` record and `outputs` digests; `kev verify` passes. The synthetic model
+- every tensor of a `--format q4`, a `--format q8` and custom-spec bundles (`--q5` rows among
+  them) is byte-for-byte the oracle's (names, kinds, row ranges, dtypes, shapes, data, order
+  within the shard); every other tensor and file is the source's; the index's weight_map names
+  the shards' tensors; the manifest's `quantized` record and `outputs` digests; `kev verify`
+  passes. The synthetic model
   has hidden 80 and intermediate 100, so the last 32-value block of a row is zero-padded;
 - the bytes do not depend on the kernel level (KEV_ISA) or on --threads;
 - scoring: a q8 bundle answers exactly as its source in `--precision int8`; a q4 bundle gives
@@ -171,13 +173,14 @@ def projection_classes(cfg):
     return out
 
 
-def row_parts(layer, classes, rows, q8, q4):
+def row_parts(layer, classes, rows, q8, q4, q5=frozenset()):
     """[(row0, row1, kind)]: consecutive rows of one kind merged, in row order."""
     parts = []
     for cls, r0, r1 in classes:
         r1 = rows if r1 is None else r1
-        kind = "q8" if (cls, layer) in q8 else "q4" if (cls, layer) in q4 else "bf16"
-        assert not ((cls, layer) in q8 and (cls, layer) in q4)
+        kinds = [k for k, sel in (("q8", q8), ("q5", q5), ("q4", q4)) if (cls, layer) in sel]
+        assert len(kinds) <= 1, (cls, layer, kinds)
+        kind = kinds[0] if kinds else "bf16"
         if parts and parts[-1][2] == kind:
             parts[-1] = (parts[-1][0], r1, kind)
         else:
@@ -220,24 +223,30 @@ def q8_oracle(x):
     return q.astype(np.int8).reshape(x.shape[0], nb * 32).tobytes(), scale.astype("<f4").tobytes()
 
 
-def q4_oracle(x):
-    """-> (U8 bytes [n, B*16], F16 scale bytes [n, B])"""
+def q4_oracle(x, bits=4):
+    """-> (U8 bytes [n, B*16], F16 scale bytes [n, B]); bits=5: q5's U8 bytes [n, B*20]"""
     blk, nb = blocks(x)
     mag = np.abs(blk)
     amax = mag.max(axis=2)
     m = np.take_along_axis(blk, np.argmax(mag, axis=2)[:, :, None], axis=2)[:, :, 0]  # first largest
+    lo = -(1 << (bits - 1))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s16 = (m / F32(-8)).astype(F32).astype(np.float16)
+        s16 = (m / F32(lo)).astype(F32).astype(np.float16)
         s = s16.astype(F32)
         ok = (amax >= F32(1e-30)) & (s != 0)
         q = np.rint((blk / np.where(ok, s, F32(1))[:, :, None]).astype(F32))
     assert np.all(np.isfinite(s[ok])), "an F16 scale overflowed: not in this test's data"
-    q = np.clip(q, -8, 7)
+    q = np.clip(q, lo, -lo - 1)
     q[~ok] = 0
     s16 = np.where(ok, s16, np.float16(0)).astype(np.float16)
-    nib = (q.astype(np.int8).view(np.uint8) & 0x0F).reshape(x.shape[0], nb, 16, 2)
+    u = q.astype(np.int8).view(np.uint8)
+    nib = (u & 0x0F).reshape(x.shape[0], nb, 16, 2)
     packed = (nib[..., 0] | (nib[..., 1] << 4)).astype(np.uint8)
-    return packed.reshape(x.shape[0], nb * 16).tobytes(), s16.view("<u2").tobytes()
+    if bits == 5:  # each block's 16 bytes, then the fifth bits as a little-endian 32-bit word
+        fifth = ((u >> 4) & 1).astype(np.uint32) << np.arange(32, dtype=np.uint32)
+        word = np.bitwise_or.reduce(fifth, axis=2).astype("<u4").view(np.uint8).reshape(x.shape[0], nb, 4)
+        packed = np.concatenate([packed, word], axis=2)
+    return packed.reshape(x.shape[0], -1).tobytes(), s16.view("<u2").tobytes()
 
 
 def expected_parts(full_name, raw, rows, cols, parts):
@@ -254,8 +263,10 @@ def expected_parts(full_name, raw, rows, cols, parts):
             data, scale = q8_oracle(x[r0:r1])
             out += [(name, "I8", [n, nb * 32], data), (name + ".scale", "F32", [n, nb], scale)]
         else:
-            data, scale = q4_oracle(x[r0:r1])
-            out += [(name, "U8", [n, nb * 16], data), (name + ".scale", "F16", [n, nb], scale)]
+            bits = 5 if kind == "q5" else 4
+            data, scale = q4_oracle(x[r0:r1], bits)
+            out += [(name, "U8", [n, nb * (20 if bits == 5 else 16)], data),
+                    (name + ".scale", "F16", [n, nb], scale)]
     return out
 
 
@@ -282,7 +293,7 @@ class Source:
         name = self.prefix + rel
         return self.st[self.index["weight_map"][name]]["t"][name]
 
-    def plan(self, q8, q4):
+    def plan(self, q8, q4, q5=frozenset()):
         """{name without prefix: [(row0, row1, kind)]} for every big projection."""
         out = {}
         for rel, (layer, classes) in self.classes.items():
@@ -290,7 +301,7 @@ class Source:
             assert dtype == "BF16" and len(shape) == 2, (rel, dtype, shape)
             if classes[-1][2] is not None:
                 assert shape[0] == classes[-1][2], (rel, shape, "in_proj_qkv rows != q + k + v")
-            out[rel] = row_parts(layer, classes, shape[0], q8, q4)
+            out[rel] = row_parts(layer, classes, shape[0], q8, q4, q5)
         return out
 
     def expected_shard(self, shard, plan):
@@ -352,10 +363,10 @@ def level_env(level):
 
 # ---- 1. the bytes ----
 
-def check_bundle(source, out, q8, q4, spec_q8=None, spec_q4=None):
-    """Asserts every file of `out` is what the oracle derives for the selection (q8, q4)."""
+def check_bundle(source, out, q8, q4, q5=None):
+    """Asserts every file of `out` is what the oracle derives for the selection (q8, q4, q5)."""
     assert sorted(os.listdir(out)) == sorted(os.listdir(source.bundle))
-    plan = source.plan(q8, q4)
+    plan = source.plan(q8, q4, q5 or frozenset())
     reduced = {rel for rel, parts in plan.items() if parts != [(0, parts[-1][1], "bf16")]}
 
     with open(os.path.join(out, INDEX)) as f:
@@ -399,6 +410,10 @@ def check_bundle(source, out, q8, q4, spec_q8=None, spec_q4=None):
     assert quant["rule"] == RULE
     assert parse_spec(quant["q8"], source.layers) == q8, quant["q8"]
     assert parse_spec(quant["q4"], source.layers) == q4, quant["q4"]
+    if q5 is None:
+        assert "q5" not in quant  # the manifests of q8 / q4 bundles are as they were
+    else:
+        assert parse_spec(quant["q5"], source.layers) == q5, quant["q5"]
     assert quant["source"] == {"manifest_sha256": hashlib.sha256(source.manifest_bytes).hexdigest(),
                                "outputs": source.manifest["outputs"]}
     files = sorted(f for f in os.listdir(out) if f != MANIFEST)
@@ -486,6 +501,24 @@ def test_custom_specs_match_the_oracle(source, quantized, key):
                                                                    (2 * q, rows, "bf16")]
 
 
+def test_q5_specs_match_the_oracle(source, quantized, decisions):
+    """--q5: rows at 5 bits beside q8 and q4 ones (four kinds in one in_proj_qkv: layer 1 has a
+    q5 query, a q8 key and a q4 value; layer 2 a q5 query and key beside a bf16 value); its
+    answers do not depend on the kernel level."""
+    spec8, spec5, spec4 = "gdn_k@0-1", "gdn_q@0-2,gdn_k@2-2,mlp_down", "gdn_v@1-1,attn_o"
+    out = quantized("custom_q5", "--q8", spec8, "--q5", spec5, "--q4", spec4)
+    q8, q5, q4 = (parse_spec(s, source.layers) for s in (spec8, spec5, spec4))
+    plan, reduced = check_bundle(source, out, q8, q4, q5)
+    q = source.cfg["linear_num_key_heads"] * source.cfg["linear_key_head_dim"]
+    rows = source.tensor("layers.1.linear_attn.in_proj_qkv.weight")[1][0]
+    assert plan["layers.1.linear_attn.in_proj_qkv.weight"] == [(0, q, "q5"), (q, 2 * q, "q8"), (2 * q, rows, "q4")]
+    assert plan["layers.2.linear_attn.in_proj_qkv.weight"] == [(0, 2 * q, "q5"), (2 * q, rows, "bf16")]
+    want = score(out, decisions, "--threads", "1", env=level_env("portable"))
+    best = levels()[-1]
+    assert score(out, decisions, "--threads", "2", env=level_env(best)) == want, best
+    assert want != score(source.bundle, decisions)  # the 5-bit rows are in effect
+
+
 def test_oracle_rules_on_edge_values():
     """The oracle itself, on values whose answer is known by hand (ties, zero blocks, clamps)."""
     row = np.zeros((1, 40), dtype=F32)
@@ -504,6 +537,11 @@ def test_oracle_rules_on_edge_values():
     data, scale = q4_oracle(row)
     assert list(np.frombuffer(data, dtype=np.uint8)[:2]) == [0x48, 0x30]
     assert np.frombuffer(scale, dtype="<f2")[0] == 0.0625
+    row[0, :6] = [16.0, -3.5, 2.5, -16.0, 0.0, 9.0]  # q5: s = -1; -16, 4, -2, 16 -> 15, 0, -9
+    data, scale = q4_oracle(row, bits=5)
+    b = np.frombuffer(data, dtype=np.uint8)
+    assert len(data) == 20 and list(b[:3]) == [0x40, 0xFE, 0x70] and list(b[16:]) == [0x25, 0, 0, 0]
+    assert np.frombuffer(scale, dtype="<f2")[0] == -1.0
 
 
 # ---- 2. the same bytes everywhere ----
@@ -692,15 +730,19 @@ def test_quantized_source_is_refused(quantized, tmp_path):
     (("--q8", "none", "--q4", "attn_q,mlp_sideways@1-2"), ("--q4", "mlp_sideways")),
     (("--q8", "mlp_up@3-32", "--q4", "none"), ("--q8", "mlp_up@3-32")),
     (("--q8", "none", "--q4", "attn_o@40-41"), ("--q4", "attn_o@40-41")),
+    (("--q8", "none", "--q4", "mlp_up@3-5", "--q5", "mlp_up@5-6"), ("--q5", "--q4", "mlp_up")),
+    (("--q8", "gdn_qkv@2-2", "--q4", "none", "--q5", "gdn_k@0-3"), ("--q8", "--q5", "gdn_k")),
+    (("--q8", "none", "--q4", "none", "--q5", "mlp_sideways"), ("--q5", "mlp_sideways")),
 ], ids=["overlap", "overlap-aliases", "overlap-q8-format", "unknown-q8", "unknown-q4", "range-q8",
-        "range-q4"])
+        "range-q4", "overlap-q5-q4", "overlap-q8-q5", "unknown-q5"])
 def test_bad_specs_are_refused(source, tmp_path, args, needles):
     # the oracle agrees: the specs are refused, or they select rows of one layer twice
     spec8, spec4 = args[args.index("--q8") + 1], args[args.index("--q4") + 1]
+    spec5 = args[args.index("--q5") + 1] if "--q5" in args else "none"
     try:
-        a, b = parse_spec(spec8, source.layers), parse_spec(spec4, source.layers)
+        a, b, c = (parse_spec(s, source.layers) for s in (spec8, spec4, spec5))
         present = {(c, layer) for layer, classes in source.classes.values() for c, _, _ in classes}
-        assert a & b & present
+        assert ((a & b) | (a & c) | (b & c)) & present
     except ValueError:
         pass
     proc = refuse(str(tmp_path), source.bundle, *args)
@@ -766,6 +808,10 @@ def edits(source):
         return out
     f32_scale.target = up_q4
 
+    def as_q5(entries):  # the q4 part (and its scale) renamed q5: 16 bytes a block, not 20
+        return [(n.replace(up_q4, up_q4[:-1] + "5"), d, s, raw) for n, d, s, raw in entries]
+    as_q5.target = up_q4
+
     first = f"{qkv}@0-{2 * q}.q8"
 
     def gap(entries):  # the q8 part (and its scale) one row shorter and renamed: row 2q-1 missing
@@ -784,10 +830,12 @@ def edits(source):
     missing_part.target = first
 
     return {"intact-rewrite": (up, keep), "scale-removed": (up, drop_scale), "part-wrong-shape": (up, short_part),
-            "scale-wrong-dtype": (up, f32_scale), "rows-gap": (qkv, gap), "part-missing": (qkv, missing_part)}
+            "scale-wrong-dtype": (up, f32_scale), "q4-named-q5": (up, as_q5), "rows-gap": (qkv, gap),
+            "part-missing": (qkv, missing_part)}
 
 
-CASES = ["intact-rewrite", "scale-removed", "part-wrong-shape", "scale-wrong-dtype", "rows-gap", "part-missing"]
+CASES = ["intact-rewrite", "scale-removed", "part-wrong-shape", "scale-wrong-dtype", "q4-named-q5", "rows-gap",
+         "part-missing"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -61,16 +61,22 @@ void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale);
 //   when m is positive), q = nearbyint(v / f32(s)) clamped to [-8, 7] (m itself becomes -8, so
 //   every level is used); a block with |m| < 1e-30, or whose s rounds to 0, is all zeros with
 //   s = 0.
-// Both run through the int8 kernels with the contract above (the q4 scale widened exactly), so a
-// q8 matrix gives the bits of quantize_int8 on the same BF16 rows, and q4 the same bits on every
-// kernel. quantize_row_q4 returns false, writing nothing useful, where a block's s would
-// overflow F16 (|m| / 8 >= 65520).
+// - q5: q4's rule with 5 bits: s = f16(m / -16), q clamped to [-16, 15]; bytes [rows][blocks *
+//   20]: per block q4's 16 bytes of the values' low 4 bits, then a little-endian 32-bit word whose
+//   bit k is bit 4 of value k (5-bit two's complement) -- 0.6875 bytes per weight.
+// All run through the int8 kernels with the contract above (the F16 scale widened exactly), so
+// a q8 matrix gives the bits of quantize_int8 on the same BF16 rows, and q4 / q5 the same bits on
+// every kernel. quantize_row_q4 / _q5 return false, writing nothing useful, where a block's s
+// would overflow F16 (|m| / 8 or |m| / 16 >= 65520).
 bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale);
+bool quantize_row_q5(const float* v, int64_t n, uint8_t* q, uint16_t* scale);
 // The kernels' layouts of stored rows (q and scale may be unaligned; cols > 0).
 Int8Matrix pack_q8_rows(const void* q, const void* scale, int64_t rows, int64_t cols,
                         size_t threads = 0);
 Int4Matrix pack_q4_rows(const void* q, const void* scale, int64_t rows, int64_t cols,
                         size_t threads = 0);
-// (gemm_int4_kernel, precision_kernels.h, runs a q4 matrix.)
+Int4Matrix pack_q5_rows(const void* q, const void* scale, int64_t rows, int64_t cols,
+                        size_t threads = 0);
+// (gemm_int4_kernel, precision_kernels.h, runs a q4 or q5 matrix.)
 
 }  // namespace kev

@@ -30,16 +30,22 @@ struct Int8Matrix {
   size_t bytes() const { return q.size() + scale.size() * sizeof(float); }
 };
 
-// A 4-bit quantized [rows, cols] matrix (a q4 bundle's weights, gemm_int8.h): Int8Matrix's
-// layout with each pair of k in one byte (the even k in the low nibble, the odd in the high, two's
-// complement in [-8, 7]): per group [block][pair of k][16 outputs] bytes; scales as stored, F16
-// bits, [group][block][16]. The kernels unpack a chunk of groups to Int8Matrix's layout (a byte
-// becomes the two int8 of its pair, in place order) and run the int8 tiles on it.
+// A 4-bit or 5-bit quantized [rows, cols] matrix (a q4 or q5 bundle's weights, gemm_int8.h):
+// Int8Matrix's layout with each pair of k in one byte (the low 4 bits of the even k in the low
+// nibble, of the odd k in the high): per group [block][pair of k][16 outputs] bytes; for q5 the
+// fifth bits beside them, [group][block][16 outputs] words, bit k of a word = bit 4 of value k
+// (empty for q4, whose values are 4-bit two's complement in [-8, 7]; q5's are 5-bit in [-16,
+// 15]); scales as stored, F16 bits, [group][block][16]. The kernels unpack a chunk of groups to
+// Int8Matrix's layout (a byte becomes the two int8 of its pair, in place order) and run the int8
+// tiles on it.
 struct Int4Matrix {
   int64_t rows = 0, cols = 0, blocks = 0, groups = 0;
   std::vector<uint8_t> q;
+  std::vector<uint32_t> high;  // q5 only
   std::vector<uint16_t> scale;
-  size_t bytes() const { return q.size() + scale.size() * sizeof(uint16_t); }
+  size_t bytes() const {
+    return q.size() + high.size() * sizeof(uint32_t) + scale.size() * sizeof(uint16_t);
+  }
 };
 
 // A BF16 [rows, cols] matrix in vdpbf16ps's pair layout: outputs in groups of 16 (the last

@@ -1,4 +1,4 @@
-// `kev quantize`: a bundle whose big projections are stored at 8 or about 4.5 bits per weight,
+// `kev quantize`: a bundle whose big projections are stored at 8, 5.5 or 4.5 bits per weight,
 // made from a BF16 bundle (docs/bundle-format.md "Quantized bundles").
 //
 // Contract: run_quantize verifies the source bundle (every output re-hashed, verify_bundle)
@@ -23,7 +23,8 @@ struct QuantizeOptions {
   std::string bundle, out_dir;
   std::string format = "q4";          // "q8" or "q4": the defaults of q8 / q4 below
   std::optional<std::string> q8, q4;  // quant_plan.h specs replacing the format's defaults
-  // q4 only, without q8 / q4: the first this many layers at 8 bits instead of a quarter.
+  std::optional<std::string> q5;      // rows at 5 bits (no format has any by default)
+  // q4 only, without q8 / q4 / q5: the first this many layers at 8 bits instead of a quarter.
   std::optional<int64_t> q8_layers;
   size_t threads = 0;
 };
@@ -38,7 +39,7 @@ QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
                                 std::optional<int64_t> q8_layers = std::nullopt);
 
 struct QuantizeSummary {
-  std::string out_dir, q8, q4;
+  std::string out_dir, q8, q4, q5;
   uint64_t projections = 0, parts = 0, input_bytes = 0, output_bytes = 0;
   double seconds = 0;
 };

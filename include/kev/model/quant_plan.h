@@ -1,4 +1,4 @@
-// Which rows of which big projection are reduced to 8 or 4 bits, for the int8 precision mode
+// Which rows of which big projection are reduced to 8, 5 or 4 bits, for the int8 precision mode
 // (reduced at load time) and for quantized bundles (`kev quantize`, reduced on disk). One
 // selection language for both: a spec is a comma list of `class[@first-last]` (layers 0-based,
 // inclusive; default every layer), the classes attn_q, attn_k, attn_v, attn_o, gdn_q, gdn_k,
@@ -14,14 +14,15 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kev/model/config.h"
 
 namespace kev {
 
-enum class WeightKind { kExact, kQ8, kQ4 };
-const char* weight_kind_name(WeightKind k);  // "bf16", "q8", "q4"
+enum class WeightKind { kExact, kQ8, kQ4, kQ5 };
+const char* weight_kind_name(WeightKind k);  // "bf16", "q8", "q4", "q5"
 
 struct RowPart {
   int64_t row0 = 0, row1 = 0;
@@ -36,8 +37,15 @@ struct ProjectionPlan {
 };
 
 struct QuantSpecs {
-  std::string q8, q4;                              // the rows stored (or run) at 8 and at 4 bits
-  std::string q8_what = "--q8", q4_what = "--q4";  // what errors call them
+  std::string q8, q5, q4;  // the rows stored (or run) at 8, 5 and 4 bits
+  std::string q8_what = "--q8", q5_what = "--q5", q4_what = "--q4";  // what errors call them
+  // One selection of rows (at "8 bits": the load-time modes' reduced rows), errors naming `what`.
+  static QuantSpecs only(std::string spec, std::string what) {
+    QuantSpecs s;
+    s.q8 = std::move(spec);
+    s.q8_what = std::move(what);
+    return s;
+  }
 };
 
 std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantSpecs& specs);

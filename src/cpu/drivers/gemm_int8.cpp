@@ -231,16 +231,21 @@ Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
   return m;
 }
 
-bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
+namespace {
+
+// q4 (bits 4) and q5 (bits 5) of one row (gemm_int8.h): per block of 32, the largest magnitude
+// (the first such value, signed) becomes -2^(bits-1), so every level is used; q4's 16 bytes of
+// low nibbles, then for q5 a little-endian word of the fifth bits.
+bool quantize_row_low_bits(const float* v, int64_t n, int bits, uint8_t* q, uint16_t* scale) {
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  const int64_t block_bytes = kQuantBlock / 2 + (bits == 5 ? 4 : 0);
+  const float lo = -static_cast<float>(1 << (bits - 1)), hi = -lo - 1.0f;
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t len = std::min(kQuantBlock, n - b * kQuantBlock);
     const float* vb = v + b * kQuantBlock;
-    uint8_t* qb = q + b * (kQuantBlock / 2);
-    std::fill(qb, qb + kQuantBlock / 2, uint8_t{0});
+    uint8_t* qb = q + b * block_bytes;
+    std::fill(qb, qb + block_bytes, uint8_t{0});
     scale[b] = 0;
-    // The block's largest magnitude, signed (the first such value): it becomes -8, so all 16
-    // levels are used.
     float amax = 0.0f, m = 0.0f;
     for (int64_t i = 0; i < len; ++i)
       if (std::fabs(vb[i]) > amax) {
@@ -248,18 +253,32 @@ bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
         m = vb[i];
       }
     if (!(amax >= 1e-30f)) continue;
-    const uint16_t s16 = f32_to_f16(m / -8.0f);
-    if ((s16 & 0x7c00u) == 0x7c00u) return false;  // |m| / 8 overflows F16
+    const uint16_t s16 = f32_to_f16(m / lo);
+    if ((s16 & 0x7c00u) == 0x7c00u) return false;  // |m| / 2^(bits-1) overflows F16
     const float s = f16_to_f32(s16);
     if (s == 0.0f) continue;
     scale[b] = s16;
+    uint32_t fifth = 0;
     for (int64_t i = 0; i < len; ++i) {
-      const float r = std::min(7.0f, std::max(-8.0f, std::nearbyint(vb[i] / s)));
-      const auto nib = static_cast<uint8_t>(static_cast<int>(r) & 0xf);
+      const int r = static_cast<int>(std::min(hi, std::max(lo, std::nearbyint(vb[i] / s))));
+      const auto nib = static_cast<uint8_t>(r & 0xf);
       qb[i / 2] |= static_cast<uint8_t>(i % 2 == 0 ? nib : nib << 4);
+      fifth |= static_cast<uint32_t>((r >> 4) & 1) << i;
     }
+    if (bits == 5)
+      for (int k = 0; k < 4; ++k) qb[kQuantBlock / 2 + k] = static_cast<uint8_t>(fifth >> (8 * k));
   }
   return true;
+}
+
+}  // namespace
+
+bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
+  return quantize_row_low_bits(v, n, 4, q, scale);
+}
+
+bool quantize_row_q5(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
+  return quantize_row_low_bits(v, n, 5, q, scale);
 }
 
 namespace {
@@ -312,25 +331,45 @@ Int8Matrix pack_q8_rows(const void* q_rows, const void* scale_rows, int64_t rows
   return m;
 }
 
-Int4Matrix pack_q4_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
-                        size_t threads) {
+namespace {
+
+// pack_q4_rows / pack_q5_rows: stored rows of `block_bytes` per block (16, or 20 with the fifth
+// bits' word) into Int4Matrix's layout.
+Int4Matrix pack_low_bit_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                             int64_t block_bytes, size_t threads) {
   Int4Matrix m;
   set_packed_shape(m, rows, cols);
   m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
+  if (block_bytes > kPairs) m.high.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
   m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
   const auto* qs = static_cast<const uint8_t*>(q_rows);
   const auto* ss = static_cast<const uint8_t*>(scale_rows);
-  const int64_t row_bytes = m.blocks * kPairs;
+  const int64_t row_bytes = m.blocks * block_bytes;
   for_each_row_block(rows, m.blocks, threads, [&](int64_t g, int64_t j, int64_t r, int64_t b) {
     uint16_t sc;
     std::memcpy(&sc, ss + 2 * (r * m.blocks + b), 2);
-    m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] = sc;
+    const size_t at = static_cast<size_t>((g * m.blocks + b) * kGroup + j);
+    m.scale[at] = sc;
+    const uint8_t* src = qs + r * row_bytes + b * block_bytes;
     // A stored byte is one pair of k: it goes where Int8Matrix keeps that pair.
     for (int64_t p = 0; p < kPairs; ++p)
-      m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] =
-          qs[r * row_bytes + b * kPairs + p];
+      m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] = src[p];
+    if (!m.high.empty())
+      for (int k = 0; k < 4; ++k) m.high[at] |= static_cast<uint32_t>(src[kPairs + k]) << (8 * k);
   });
   return m;
+}
+
+}  // namespace
+
+Int4Matrix pack_q4_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                        size_t threads) {
+  return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kPairs, threads);
+}
+
+Int4Matrix pack_q5_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                        size_t threads) {
+  return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kPairs + 4, threads);
 }
 
 Isa best_int8_isa() {
@@ -354,7 +393,7 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
 
 namespace {
 
-// Groups [g0, g1) of a q4 matrix as an Int8Matrix of their own (byte i of the packed q4 data
+// Groups [g0, g1) of a q4 or q5 matrix as an Int8Matrix of their own (byte i of the packed data
 // becomes int8 2i, its low nibble, and 2i + 1, its high nibble: Int8Matrix's order), then the
 // int8 kernel's range over them, writing their rows of y.
 void widen_and_run(const KernelRange& range, const QuantRows& a, int64_t rows, const Int4Matrix& w,
@@ -371,10 +410,26 @@ void widen_and_run(const KernelRange& range, const QuantRows& a, int64_t rows, c
   chunk.scale.resize(static_cast<size_t>(n * group_scales));
   const uint8_t* src = w.q.data() + g0 * group_bytes;
   int8_t* dst = chunk.q.data();
-  for (int64_t i = 0; i < n * group_bytes; ++i) {
-    const uint8_t b = src[i];
-    dst[2 * i] = static_cast<int8_t>(static_cast<int8_t>(b << 4) >> 4);
-    dst[2 * i + 1] = static_cast<int8_t>(static_cast<int8_t>(b) >> 4);
+  if (w.high.empty()) {
+    for (int64_t i = 0; i < n * group_bytes; ++i) {
+      const uint8_t b = src[i];
+      dst[2 * i] = static_cast<int8_t>(static_cast<int8_t>(b << 4) >> 4);
+      dst[2 * i + 1] = static_cast<int8_t>(static_cast<int8_t>(b) >> 4);
+    }
+  } else {
+    // q5: the fifth bit of k = 2p and 2p + 1 from the row's word of its block, then the 5-bit
+    // value sign-extended.
+    const uint32_t* high = w.high.data() + g0 * group_scales;
+    for (int64_t gb = 0; gb < n * w.blocks; ++gb)
+      for (int64_t p = 0; p < kPairs; ++p)
+        for (int64_t j = 0; j < kGroup; ++j) {
+          const int64_t i = (gb * kPairs + p) * kGroup + j;
+          const uint32_t h = high[gb * kGroup + j] >> (2 * p);
+          const auto v0 = static_cast<uint8_t>((src[i] & 0xf) | ((h & 1) << 4));
+          const auto v1 = static_cast<uint8_t>((src[i] >> 4) | ((h & 2) << 3));
+          dst[2 * i] = static_cast<int8_t>(static_cast<int8_t>(v0 << 3) >> 3);
+          dst[2 * i + 1] = static_cast<int8_t>(static_cast<int8_t>(v1 << 3) >> 3);
+        }
   }
   const uint16_t* ss = w.scale.data() + g0 * group_scales;
   for (int64_t i = 0; i < n * group_scales; ++i)

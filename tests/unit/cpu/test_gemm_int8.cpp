@@ -332,69 +332,124 @@ TEST(StoredWeights, Q4RowRule) {
   }
 }
 
-// Stored q4 rows for the problem's weights, and the same values as q8 rows (each nibble widened,
-// each F16 scale as FP32): the int8 tiles must see the same numbers either way.
-struct Q4Case {
-  Int4Matrix q4;
+// q5's rule against its definition, as q4's above: s = f16(m / -16), values in [-16, 15], the
+// low 4 bits as q4's nibbles and the fifth bits in the block's trailing little-endian word.
+TEST(StoredWeights, Q5RowRule) {
+  std::vector<float> v(40, 0.0f);
+  v[0] = 16.0f;   // the first largest magnitude: s = 16 / -16 = -1, and it becomes -16
+  v[1] = -3.5f;   // tie: 4
+  v[2] = 2.5f;    // tie: -2
+  v[3] = -16.0f;  // 16: clamped to 15
+  v[5] = 9.0f;    // -9: 0b10111
+  v[34] = 1e-3f;  // second block: s = f16(1e-3 / -16), the value -16
+  std::vector<uint8_t> q(40, 0xee);
+  uint16_t s[2];
+  ASSERT_TRUE(quantize_row_q5(v.data(), 40, q.data(), s));
+  EXPECT_EQ(s[0], f32_to_f16(-1.0f));
+  EXPECT_EQ(q[0], 0x40);  // k 0: -16 = 0b10000 (low 4 bits 0), k 1: 4
+  EXPECT_EQ(q[1], 0xfe);  // k 2: -2 = 0b11110, k 3: 15 = 0b01111
+  EXPECT_EQ(q[2], 0x70);  // k 4: 0, k 5: -9 = 0b10111
+  // fifth bits: k 0 (-16), k 2 (-2), k 5 (-9); not k 1, 3, 4
+  EXPECT_EQ(q[16], 0x25);
+  EXPECT_EQ(q[17], 0);
+  EXPECT_EQ(q[18], 0);
+  EXPECT_EQ(q[19], 0);
+  EXPECT_EQ(s[1], f32_to_f16(1e-3f / -16.0f));
+  EXPECT_EQ(q[20 + 1], 0x00);   // k 34 = 2 in block 1: -16, low bits 0
+  EXPECT_EQ(q[20 + 16], 0x04);  // its fifth bit
+  std::vector<float> huge(32, 2e6f);
+  EXPECT_FALSE(quantize_row_q5(huge.data(), 32, q.data(), s));  // 2e6 / 16 overflows F16
+  std::vector<float> fits(32, 1e6f);
+  EXPECT_TRUE(quantize_row_q5(fits.data(), 32, q.data(), s));  // 1e6 / 16 does not
+}
+
+// The value k of a stored q4 (bits 4) or q5 (bits 5) row, from the format's description.
+int stored_value(const uint8_t* row, int bits, int64_t t) {
+  const int64_t block_bytes = bits == 5 ? 20 : 16;
+  const uint8_t* blk = row + (t / 32) * block_bytes;
+  const int64_t i = t % 32;
+  int v = i % 2 == 0 ? (blk[i / 2] & 0xf) : (blk[i / 2] >> 4);
+  if (bits == 5) {
+    const uint32_t word =
+        blk[16] | blk[17] << 8 | blk[18] << 16 | static_cast<uint32_t>(blk[19]) << 24;
+    v |= static_cast<int>((word >> i) & 1) << 4;
+  }
+  return v >= (1 << (bits - 1)) ? v - (1 << bits) : v;
+}
+
+// Stored q4 or q5 rows for the problem's weights, and the same values as q8 rows (each value
+// widened, each F16 scale as FP32): the int8 tiles must see the same numbers either way.
+struct LowBitCase {
+  Int4Matrix low;
   Int8Matrix as_q8;
 };
-Q4Case q4_case(const Problem& p) {
-  const int64_t blocks = (p.k + 31) / 32;
-  std::vector<uint8_t> q(static_cast<size_t>(p.n * blocks * 16));
+LowBitCase low_bit_case(const Problem& p, int bits) {
+  const int64_t blocks = (p.k + 31) / 32, block_bytes = bits == 5 ? 20 : 16;
+  std::vector<uint8_t> q(static_cast<size_t>(p.n * blocks * block_bytes));
   std::vector<uint16_t> s(static_cast<size_t>(p.n * blocks));
   std::vector<int8_t> q8(static_cast<size_t>(p.n * blocks * 32));
   std::vector<float> s8(s.size());
   for (int64_t r = 0; r < p.n; ++r) {
-    EXPECT_TRUE(quantize_row_q4(row_of(p, r).data(), p.k, q.data() + r * blocks * 16,
-                                s.data() + r * blocks));
-    for (int64_t t = 0; t < blocks * 32; ++t) {
-      const uint8_t b = q[static_cast<size_t>(r * blocks * 16 + t / 2)];
-      const int nib = t % 2 == 0 ? (b & 0xf) : (b >> 4);
-      q8[static_cast<size_t>(r * blocks * 32 + t)] = static_cast<int8_t>(nib >= 8 ? nib - 16 : nib);
-    }
+    uint8_t* row = q.data() + r * blocks * block_bytes;
+    const bool ok = bits == 5
+                        ? quantize_row_q5(row_of(p, r).data(), p.k, row, s.data() + r * blocks)
+                        : quantize_row_q4(row_of(p, r).data(), p.k, row, s.data() + r * blocks);
+    EXPECT_TRUE(ok);
+    for (int64_t t = 0; t < blocks * 32; ++t)
+      q8[static_cast<size_t>(r * blocks * 32 + t)] =
+          static_cast<int8_t>(stored_value(row, bits, t));
     for (int64_t b = 0; b < blocks; ++b)
       s8[static_cast<size_t>(r * blocks + b)] = f16_to_f32(s[static_cast<size_t>(r * blocks + b)]);
   }
-  return {pack_q4_rows(q.data(), s.data(), p.n, p.k, 2),
+  return {bits == 5 ? pack_q5_rows(q.data(), s.data(), p.n, p.k, 2)
+                    : pack_q4_rows(q.data(), s.data(), p.n, p.k, 2),
           pack_q8_rows(q8.data(), s8.data(), p.n, p.k, 2)};
 }
 
-// Every kernel, at each activation width it runs (the byte kernels: 8-bit only).
-TEST(StoredWeights, Q4KernelsEqualTheInt8KernelsOnTheWidenedValues) {
-  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
-                         {5, 33, 15},
-                         {7, 95, 33},
-                         {13, 256, 70},
-                         {23, 700, 53},
-                         {3, 9000, 70}}) {
-    Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
-    const Q4Case c = q4_case(p);
-    for (ActivationWidth width : {ActivationWidth::k16Bit, ActivationWidth::k8Bit}) {
-      std::vector<float> ref(static_cast<size_t>(m * n));
-      gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, c.as_q8, ref.data(), n, 1, width);
-      for (Int8Kernel kern : int8_kernels()) {
-        if (!int8_kernel_supported(kern)) continue;
-        if (int8_kernel_reads_bytes(kern) && width != ActivationWidth::k8Bit) continue;
-        for (size_t threads : {1, 2, 3}) {
-          std::vector<float> y(static_cast<size_t>(m * n), NAN);
-          gemm_int4_kernel(kern, p.x.data(), m, k, c.q4, y.data(), n, threads, width);
-          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
-              << int8_kernel_name(kern) << " threads=" << threads << " " << m << "x" << k << "x"
-              << n << (width == ActivationWidth::k8Bit ? " 8-bit" : " 16-bit");
+// Every kernel, at each activation width it runs (the byte kernels: 8-bit only), for q4 and q5.
+TEST(StoredWeights, LowBitKernelsEqualTheInt8KernelsOnTheWidenedValues) {
+  for (int bits : {4, 5})
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                           {5, 33, 15},
+                           {7, 95, 33},
+                           {13, 256, 70},
+                           {23, 700, 53},
+                           {3, 9000, 70}}) {
+      Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
+      const LowBitCase c = low_bit_case(p, bits);
+      for (ActivationWidth width : {ActivationWidth::k16Bit, ActivationWidth::k8Bit}) {
+        std::vector<float> ref(static_cast<size_t>(m * n));
+        gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, c.as_q8, ref.data(), n, 1, width);
+        for (Int8Kernel kern : int8_kernels()) {
+          if (!int8_kernel_supported(kern)) continue;
+          if (int8_kernel_reads_bytes(kern) && width != ActivationWidth::k8Bit) continue;
+          for (size_t threads : {1, 2, 3}) {
+            std::vector<float> y(static_cast<size_t>(m * n), NAN);
+            gemm_int4_kernel(kern, p.x.data(), m, k, c.low, y.data(), n, threads, width);
+            ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+                << "q" << bits << " " << int8_kernel_name(kern) << " threads=" << threads << " "
+                << m << "x" << k << "x" << n
+                << (width == ActivationWidth::k8Bit ? " 8-bit" : " 16-bit");
+          }
         }
       }
     }
-  }
 }
 
-TEST(StoredWeights, Q4CloseToUnquantizedProduct) {
+TEST(StoredWeights, LowBitCloseToUnquantizedProduct) {
   Problem p = gemm_test::make_normal(9, 1024, 70, 21);
-  const Q4Case c = q4_case(p);
   std::vector<float> y(static_cast<size_t>(p.m * p.n));
-  gemm_int4_kernel(best_int8_kernel(), p.x.data(), p.m, p.k, c.q4, y.data(), p.n, 2);
+  gemm_int4_kernel(best_int8_kernel(), p.x.data(), p.m, p.k, low_bit_case(p, 4).low, y.data(), p.n,
+                   2);
   // 15 levels over each block's range: relative RMS error about 0.1 on normal weights.
-  EXPECT_LT(relative_rms_error(p, y), 0.15);
-  EXPECT_GT(relative_rms_error(p, y), 0.01);  // and it is 4-bit: not the 8-bit error
+  const double e4 = relative_rms_error(p, y);
+  EXPECT_LT(e4, 0.15);
+  EXPECT_GT(e4, 0.01);  // and it is 4-bit: not the 8-bit error
+  gemm_int4_kernel(best_int8_kernel(), p.x.data(), p.m, p.k, low_bit_case(p, 5).low, y.data(), p.n,
+                   2);
+  const double e5 = relative_rms_error(p, y);  // half the step: about half the error
+  EXPECT_GT(e5, 0.4 * e4);
+  EXPECT_LT(e5, 0.6 * e4);
 }
 
 }  // namespace
