@@ -6,19 +6,21 @@ of N layers (N a multiple of 4: whole periods of three GDN layers and one attent
 For each depth in --depths (default 4 and 8) this runs, under `directory`:
   kev synth --form full at Kev-27B's dimensions (hidden 5120, MLP 17408, attention 24/4 heads of
   256, GDN 16/48 heads of 128, vocabulary 248,320) -> kev pin / kev export --model kev-27b
-  (KEV_PIN_DEPTH_PREFIX=1: a test build only) -> kev quantize twice, with the q4 default's two
-  layer forms: "q4" (GDN query/key rows at 8 bits, every other projection at 4: layers 16-63 of
-  the default, all but 0-1 of the compact selection) and "q8" (every projection at 8 bits: layers
-  0-15 of the default, 0-1 of the compact one);
+  (KEV_PIN_DEPTH_PREFIX=1: a test build only) -> kev quantize once per layer form (FORMS): "q4"
+  (GDN query/key rows at 8 bits, every other projection at 4: layers 16-63 of the default, all
+  but 0-1 of the compact selection), "q8" (every projection at 8 bits: layers 0-15 of the
+  default), "q5" (every projection at 5 bits) and "q4-qk5" (the q4 form with the GDN query/key
+  rows at 5 bits);
 then serves the q4 bundle with --precision int8 and one long state (bench/long_state_replay.py
 --state-a-only; --words 3560 is an 8,262-token state) and reads the server's peak (VmHWM).
 
 From two depths it fits peak = constant + periods x per-period (both measured) and gives the
-64-layer figure of both selections: every period in the q4 form, plus the bytes by which 16
-(default) or 2 (compact) layers' q8 form exceeds their q4 form, taken from the bundles' sizes.
+64-layer figure of each selection (SELECTIONS): every period in the q4 form, plus the bytes by
+which its layers in another form exceed their q4 form, taken from the bundles' sizes (per period
+of 4 layers, so a count that is not a multiple of 4 is priced at the period's average layer).
 It times and takes the peak RSS of the export and the quantizations too (they stream).
-Disk: about 2.2x the largest prefix's checkpoint (8 layers: 8.6 GB + 4.3 + 6.0; the checkpoint is
-removed after export).
+Disk: about 3x the largest prefix's checkpoint (8 layers: 8.6 GB + 4.3 + 6.0 + 4.6 + 4.0; the
+checkpoint is removed after export).
 
   /usr/bin/python3 bench/member_prefix.py build/ci/kev /tmp/prefix --json /tmp/prefix.json
 KEV must be a test build (the ci preset's build/ci/kev): a release build ignores the hook, and its
@@ -38,7 +40,15 @@ DIMS = ["--hidden", "5120", "--intermediate", "17408", "--heads", "24", "--kv-he
         "--linear-value-dim", "128"]
 LAYERS = 64
 Q4_CLASSES = "attn_q,attn_k,attn_v,attn_o,gdn_v,gdn_z,gdn_out,mlp_gate,mlp_up,mlp_down"
-FORMS = {"q4": ["--q8", "gdn_q,gdn_k", "--q4", Q4_CLASSES], "q8": ["--q8", "all", "--q4", "none"]}
+# The layer forms the selections below are made of: a layer (period) stored in one of these.
+FORMS = {"q4": ["--q8", "gdn_q,gdn_k", "--q4", Q4_CLASSES], "q8": ["--q8", "all", "--q4", "none"],
+         "q5": ["--q8", "none", "--q4", "none", "--q5", "all"],
+         "q4-qk5": ["--q8", "none", "--q4", Q4_CLASSES, "--q5", "gdn_q,gdn_k"]}
+# The selections priced at 64 layers: {form: layers}, the q4 form for the rest
+# (docs/notes/quantization-study.md names them).
+SELECTIONS = {"default": {"q8": 16}, "compact": {"q8": 2}, "q8-first4": {"q8": 4}, "q8-first8": {"q8": 8},
+              "q5-first16": {"q5": 16}, "q5-first16-qk": {"q5": 16, "q4-qk5": 48},
+              "q8-first2-q5-qk": {"q8": 2, "q5": 14, "q4-qk5": 48}}
 MIB = 1 << 20
 
 
@@ -101,20 +111,19 @@ def whole(runs):
     a, b = runs[0], runs[1]
     periods = (b["layers"] - a["layers"]) // 4
     per_period_mib = (b["serve_peak_mib"] - a["serve_peak_mib"]) / periods
-    q4_period = (b["q4_bytes"] - a["q4_bytes"]) / periods
-    q8_period = (b["q8_bytes"] - a["q8_bytes"]) / periods
-    fixed_bytes = a["q4_bytes"] - q4_period * (a["layers"] // 4)
+    period = {form: (b[f"{form}_bytes"] - a[f"{form}_bytes"]) / periods for form in FORMS}
+    fixed_bytes = a["q4_bytes"] - period["q4"] * (a["layers"] // 4)
     q4_all_mib = b["serve_peak_mib"] + per_period_mib * ((LAYERS - b["layers"]) // 4)
     result = {"per_period_peak_mib": round(per_period_mib), "constant_peak_mib":
               round(a["serve_peak_mib"] - per_period_mib * (a["layers"] // 4)),
-              "q4_form_period_bytes": round(q4_period), "q8_form_period_bytes": round(q8_period),
-              "fixed_bytes": round(fixed_bytes)}
-    for name, q8_layers in (("default", LAYERS // 4), ("compact", 2)):
-        extra = (q8_period - q4_period) * q8_layers / 4
-        result[name] = {"q8_layers": q8_layers,
-                        "disk_bytes": round(fixed_bytes + q4_period * LAYERS / 4 + extra),
-                        "peak_mib": round(q4_all_mib + extra / MIB)}
-        result[name]["peak_gb"] = round(result[name]["peak_mib"] * MIB / 1e9, 2)
+              "form_period_bytes": {form: round(v) for form, v in period.items()},
+              "fixed_bytes": round(fixed_bytes), "selections": {}}
+    for name, forms in SELECTIONS.items():
+        extra = sum((period[form] - period["q4"]) * n / 4 for form, n in forms.items())
+        r = {"layers": forms, "disk_bytes": round(fixed_bytes + period["q4"] * LAYERS / 4 + extra),
+             "peak_mib": round(q4_all_mib + extra / MIB)}
+        r["peak_gb"] = round(r["peak_mib"] * MIB / 1e9, 2)
+        result["selections"][name] = r
     return result
 
 

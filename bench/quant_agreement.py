@@ -2,7 +2,7 @@
 
 Usage:
   /usr/bin/python3 bench/quant_agreement.py KEV WORK [--shape 0.8b --layers 24 --temperature 2.35]
-      [--questions 2000] [--variant NAME=--q8,SPEC,--q4,SPEC ...] [--json OUT]
+      [--questions 2000] [--variant NAME=--q8,SPEC,--q4,SPEC ...] [--variants-only] [--json OUT]
 
 Synthesizes (once, under WORK) a checkpoint of the shape's dimensions, pins and exports it, makes
 the q8 and q4 bundles with `kev quantize` (and one per --variant: kev quantize's arguments
@@ -113,6 +113,8 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=ARGS: another bundle made by kev quantize ARGS (shell words)")
     ap.add_argument("--no-int8", action="store_true", help="skip the exact bundle in int8 mode")
+    ap.add_argument("--variants-only", action="store_true",
+                    help="skip the q8 and q4 format bundles: only the exact bundle and the --variant ones")
     ap.add_argument("--json", help="also write the result here")
     ap.add_argument("--speed", type=int, default=0, help="also time a prefill of this many tokens")
     ap.add_argument("--speed-only", action="store_true")
@@ -126,8 +128,9 @@ def main():
     runs = {"fp32": (bundle, "fp32")}
     if not a.no_int8:
         runs["int8 (load-time)"] = (bundle, "int8")
-    runs["q8"] = (quantized(kev, bundle, work, "q8", ["--format", "q8"]), "int8")
-    runs["q4"] = (quantized(kev, bundle, work, "q4", ["--format", "q4"]), "int8")
+    if not a.variants_only:
+        runs["q8"] = (quantized(kev, bundle, work, "q8", ["--format", "q8"]), "int8")
+        runs["q4"] = (quantized(kev, bundle, work, "q4", ["--format", "q4"]), "int8")
     for v in a.variant:
         name, _, args = v.partition("=")
         runs[name] = (quantized(kev, bundle, work, "variant-" + name, shlex.split(args)), "int8")
