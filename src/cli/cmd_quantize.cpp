@@ -1,5 +1,5 @@
-// kev quantize --bundle DIR --out DIR [--format q4|q8] [--q8-layers N | --q8 SPEC --q4 SPEC
-//   [--q5 SPEC]]
+// kev quantize --bundle DIR --out DIR [--format q4|q8] [--q8-layers N] [--q5-layers N]
+//   [--q8 SPEC --q4 SPEC [--q5 SPEC]]
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -15,7 +15,7 @@ namespace {
 struct QuantizeFlags {
   kev::QuantizeOptions q;
   std::string q8, q4, q5;
-  int64_t q8_layers = -1;  // not given
+  int64_t q8_layers = -1, q5_layers = -1;  // not given
   bool json = false;
 };
 
@@ -24,6 +24,7 @@ int run_quantize_command(QuantizeFlags& o) {
   if (!o.q4.empty()) o.q.q4 = o.q4;
   if (!o.q5.empty()) o.q.q5 = o.q5;
   if (o.q8_layers >= 0) o.q.q8_layers = o.q8_layers;
+  if (o.q5_layers >= 0) o.q.q5_layers = o.q5_layers;
   const kev::QuantizeSummary s = kev::run_quantize(o.q);
   if (o.json) {
     nlohmann::json j = {{"out", s.out_dir},
@@ -70,6 +71,10 @@ const bool quantize_registered = kev::cli::register_command(
       app.add_option("--q8-layers", o->q8_layers,
                      "q4 only: the first N layers at 8 bits (default: a quarter of the layers, "
                      "rounded up; the GDN query and key rows are at 8 bits in every layer)")
+          ->check(kev::cli::whole(0, 4096));
+      app.add_option("--q5-layers", o->q5_layers,
+                     "q4 only: N layers after the 8-bit ones at 5 bits, and the GDN query and key "
+                     "rows after those at 5 bits instead of 8 (default: none)")
           ->check(kev::cli::whole(0, 4096));
       app.add_option("--threads", o->q.threads, "worker threads (default: all cores)")
           ->check(kev::cli::whole(1, kev::kMaxThreads));

@@ -188,21 +188,38 @@ std::string copy_verified(const std::string& from, const std::string& to, const 
 }  // namespace
 
 QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
-                                std::optional<int64_t> q8_layers) {
-  if (q8_layers && format != "q4")
-    fail(ErrorKind::kBadInput,
-         "--q8-layers chooses the q4 format's 8-bit layers; --format {} has none", format);
-  if (q8_layers && (*q8_layers < 0 || *q8_layers > layers))
-    fail(ErrorKind::kBadInput, "--q8-layers {}: the model has {} layers", *q8_layers, layers);
-  if (format == "q8") return {int8_default_spec(layers), ""};
+                                std::optional<int64_t> q8_layers,
+                                std::optional<int64_t> q5_layers) {
+  for (const auto& [flag, n] : {std::pair{"--q8-layers", q8_layers}, {"--q5-layers", q5_layers}}) {
+    if (n && format != "q4")
+      fail(ErrorKind::kBadInput, "{} chooses layers of the q4 format; --format {} has none", flag,
+           format);
+    if (n && (*n < 0 || *n > layers))
+      fail(ErrorKind::kBadInput, "{} {}: the model has {} layers", flag, *n, layers);
+  }
+  if (format == "q8") return {int8_default_spec(layers), "", ""};
   if (format == "q4") {
     // docs/notes/quantization-study.md: 4 bits where int8 quantizes, 8 bits for the rest (the
-    // first quarter of the layers, or --q8-layers, and the GDN query and key rows after them).
+    // first quarter of the layers, or --q8-layers, and the GDN query and key rows after them);
+    // with --q5-layers, that many layers after the 8-bit ones at 5 bits, and the GDN query and
+    // key rows after those at 5 bits instead of 8.
     const int64_t first = q8_layers.value_or((layers + 3) / 4);
-    if (first >= layers) return {"all", ""};
-    const std::string early = first > 0 ? fmt::format("all@0-{},", first - 1) : "";
-    return {fmt::format("{}gdn_q@{}-{},gdn_k@{}-{}", early, first, layers - 1, first, layers - 1),
-            late_layers_spec(first, layers)};
+    const int64_t five = q5_layers.value_or(0), after = first + five;
+    if (after > layers)
+      fail(ErrorKind::kBadInput, "--q8-layers {} and --q5-layers {}: the model has {} layers",
+           first, five, layers);
+    QuantDefaults d;
+    const auto add = [](std::string& spec, const std::string& part) {
+      spec += (spec.empty() ? "" : ",") + part;
+    };
+    if (first > 0) add(d.q8, fmt::format("all@0-{}", first - 1));
+    if (five > 0) add(d.q5, fmt::format("all@{}-{}", first, after - 1));
+    if (after < layers)
+      add(q5_layers ? d.q5 : d.q8,
+          fmt::format("gdn_q@{}-{},gdn_k@{}-{}", after, layers - 1, after, layers - 1));
+    d.q4 = after < layers ? late_layers_spec(after, layers) : "";
+    if (d.q8 == fmt::format("all@0-{}", layers - 1)) d.q8 = "all";
+    return d;
   }
   fail(ErrorKind::kBadInput, "unknown quantized format '{}' (expected q8 or q4)", format);
 }
@@ -234,16 +251,17 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
   if (weights->quantized())
     fail(ErrorKind::kBadInput, "{} already stores projections quantized", o.bundle);
   const int64_t layers = weights->config().layers;
-  if (o.q8_layers && (o.q8 || o.q4 || o.q5))
+  if ((o.q8_layers || o.q5_layers) && (o.q8 || o.q4 || o.q5))
     fail(ErrorKind::kBadInput,
-         "--q8-layers sets the q4 format's default selection, which --q8 / --q4 / --q5 replace: "
-         "give one or the other");
-  const QuantDefaults d = quantize_defaults(o.format, layers, o.q8_layers);
+         "{} sets the q4 format's default selection, which --q8 / --q4 / --q5 replace: give one "
+         "or the other",
+         o.q8_layers ? "--q8-layers" : "--q5-layers");
+  const QuantDefaults d = quantize_defaults(o.format, layers, o.q8_layers, o.q5_layers);
   QuantizeSummary sum;
   sum.out_dir = o.out_dir;
   sum.q8 = o.q8.value_or(d.q8);
   sum.q4 = o.q4.value_or(d.q4);
-  sum.q5 = o.q5.value_or("");
+  sum.q5 = o.q5.value_or(d.q5);
   QuantSpecs specs;
   specs.q8 = sum.q8;
   specs.q5 = sum.q5;

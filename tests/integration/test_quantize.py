@@ -150,6 +150,17 @@ def default_sets(fmt, layers, first=None):
     return early | qk, late
 
 
+def q5_layer_sets(layers, first, five):
+    """(q8, q5, q4 sets) of `--format q4 --q8-layers first --q5-layers five`: layers [0, first) at
+    8 bits, [first, first + five) at 5, after them the GDN query/key rows at 5 and the rest at 4."""
+    after = first + five
+    q8 = {(c, l) for c in CLASSES for l in range(first)}
+    q5 = {(c, l) for c in CLASSES for l in range(first, after)}
+    q5 |= {(c, l) for c in ("gdn_q", "gdn_k") for l in range(after, layers)}
+    q4 = {(c, l) for c in CLASSES if c not in ("gdn_q", "gdn_k") for l in range(after, layers)}
+    return q8, q5, q4
+
+
 def projection_classes(cfg):
     """{name without prefix: (layer, [(class, row0, row1 or None)])}; row1 None: to the end."""
     out = {}
@@ -455,13 +466,33 @@ def test_q8_layers_moves_the_8_bit_layers(source, quantized, first):
     assert plan["layers.0.linear_attn.in_proj_qkv.weight"] == want
 
 
+@pytest.mark.parametrize("first, five", [(1, 2), (0, 0)])
+def test_q5_layers_puts_layers_and_query_key_rows_at_5_bits(source, quantized, first, five):
+    out = quantized(f"q4-first{first}-five{five}", "--q8-layers", str(first), "--q5-layers", str(five))
+    q8, q5, q4 = q5_layer_sets(source.layers, first, five)
+    plan, _ = check_bundle(source, out, q8, q4, q5)
+    q = source.cfg["linear_num_key_heads"] * source.cfg["linear_key_head_dim"]
+    for layer in range(4):  # layers 0-2 are GDN layers
+        if source.cfg["layer_types"][layer] != "linear_attention":
+            continue
+        rows = source.tensor(f"layers.{layer}.linear_attn.in_proj_qkv.weight")[1][0]
+        kind = "q8" if layer < first else "q5" if layer < first + five else None
+        want = [(0, rows, kind)] if kind else [(0, 2 * q, "q5"), (2 * q, rows, "q4")]
+        assert plan[f"layers.{layer}.linear_attn.in_proj_qkv.weight"] == want, layer
+
+
 @pytest.mark.parametrize("args, needles", [
     (("--q8-layers", "LAYERS+1"), ("--q8-layers", "layers")),
     (("--format", "q8", "--q8-layers", "1"), ("--q8-layers", "q8")),
     (("--q8-layers", "1", "--q8", "none", "--q4", "all"), ("--q8-layers", "--q8 / --q4")),
-], ids=["past-the-layers", "q8-format", "with-specs"])
+    (("--format", "q8", "--q5-layers", "1"), ("--q5-layers", "q8")),
+    (("--q8-layers", "2", "--q5-layers", "LAYERS-1"), ("--q8-layers 2", "--q5-layers", "layers")),
+    (("--q5-layers", "1", "--q5", "none", "--q8", "all", "--q4", "none"), ("--q5-layers", "--q5")),
+], ids=["past-the-layers", "q8-format", "with-specs", "q5-q8-format", "q5-past-the-layers",
+        "q5-with-specs"])
 def test_bad_q8_layers_are_refused(source, tmp_path, args, needles):
-    args = [str(source.layers + 1) if a == "LAYERS+1" else a for a in args]
+    args = [str(source.layers + 1) if a == "LAYERS+1" else str(source.layers - 1) if a == "LAYERS-1" else a
+            for a in args]
     proc = refuse(str(tmp_path), source.bundle, *args)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     for n in needles:

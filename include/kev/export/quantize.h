@@ -24,19 +24,22 @@ struct QuantizeOptions {
   std::string format = "q4";          // "q8" or "q4": the defaults of q8 / q4 below
   std::optional<std::string> q8, q4;  // quant_plan.h specs replacing the format's defaults
   std::optional<std::string> q5;      // rows at 5 bits (no format has any by default)
-  // q4 only, without q8 / q4 / q5: the first this many layers at 8 bits instead of a quarter.
-  std::optional<int64_t> q8_layers;
+  // q4 only, without q8 / q4 / q5: the first this many layers at 8 bits instead of a quarter,
+  // and that many after them at 5 bits (the GDN query and key rows after those at 5 bits too).
+  std::optional<int64_t> q8_layers, q5_layers;
   size_t threads = 0;
 };
 
 // The default specs of a format for a model of `layers` layers (docs/bundle-format.md says how
 // they were chosen); for q4, `q8_layers` (0..layers) replaces the quarter of the layers kept at
-// 8 bits.
+// 8 bits, and `q5_layers` puts that many layers after them, and the GDN query and key rows after
+// those, at 5 bits (q8_layers + q5_layers <= layers). Refused (kBadInput) for format q8.
 struct QuantDefaults {
-  std::string q8, q4;
+  std::string q8, q4, q5;
 };
 QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
-                                std::optional<int64_t> q8_layers = std::nullopt);
+                                std::optional<int64_t> q8_layers = std::nullopt,
+                                std::optional<int64_t> q5_layers = std::nullopt);
 
 struct QuantizeSummary {
   std::string out_dir, q8, q4, q5;
