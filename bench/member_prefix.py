@@ -48,7 +48,9 @@ FORMS = {"q4": ["--q8", "gdn_q,gdn_k", "--q4", Q4_CLASSES], "q8": ["--q8", "all"
 # (docs/notes/quantization-study.md names them).
 SELECTIONS = {"default": {"q8": 16}, "compact": {"q8": 2}, "q8-first4": {"q8": 4}, "q8-first8": {"q8": 8},
               "q5-first16": {"q5": 16}, "q5-first16-qk": {"q5": 16, "q4-qk5": 48},
-              "q8-first2-q5-qk": {"q8": 2, "q5": 14, "q4-qk5": 48}}
+              "q8-first2-q5-qk": {"q8": 2, "q5": 14, "q4-qk5": 48},
+              "q8-first4-q5-qk": {"q8": 4, "q5": 12, "q4-qk5": 48},
+              "q8-first2-q5to23-qk": {"q8": 2, "q5": 22, "q4-qk5": 40}}
 MIB = 1 << 20
 
 
