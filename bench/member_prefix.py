@@ -19,8 +19,9 @@ From two depths it fits peak = constant + periods x per-period (both measured) a
 which its layers in another form exceed their q4 form, taken from the bundles' sizes (per period
 of 4 layers, so a count that is not a multiple of 4 is priced at the period's average layer).
 It times and takes the peak RSS of the export and the quantizations too (they stream).
-Disk: about 3x the largest prefix's checkpoint (8 layers: 8.6 GB + 4.3 + 6.0 + 4.6 + 4.0; the
-checkpoint is removed after export).
+Disk: every depth's exact bundle and its four forms stay under `work` (the checkpoint is removed
+after export), about 48 GB for depths 4 and 8 (4 layers 5.6 + 3.4 + 4.3 + 3.6 + 3.4 GB, 8 layers
+8.6 + 4.3 + 6.0 + 4.7 + 4.3); remove it when done.
 
   /usr/bin/python3 bench/member_prefix.py build/ci/kev /tmp/prefix --json /tmp/prefix.json
 KEV must be a test build (the ci preset's build/ci/kev): a release build ignores the hook, and its
