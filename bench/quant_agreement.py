@@ -2,7 +2,8 @@
 
 Usage:
   /usr/bin/python3 bench/quant_agreement.py KEV WORK [--shape 0.8b --layers 24 --temperature 2.35]
-      [--questions 2000] [--variant NAME=--q8,SPEC,--q4,SPEC ...] [--variants-only] [--json OUT]
+      [--questions 2000] [--variant NAME=--q8,SPEC,--q4,SPEC ...] [--variants-only]
+      [--peer Q8_0,Q4_K_M] [--json OUT]
 
 Synthesizes (once, under WORK) a checkpoint of the shape's dimensions, pins and exports it, makes
 the q8 and q4 bundles with `kev quantize` (and one per --variant: kev quantize's arguments
@@ -12,6 +13,12 @@ as shell words, for selection studies), scores the same >= --questions generated
 decision agreement (argmax equal), max and mean |dp| over every option probability, and the
 flips by the exact answer's top-2 margin. Probabilities are kept in WORK/probs.json, so a rerun
 only scores what is missing.
+
+With --peer TYPES, the same figures for llama.cpp's own quantized weights: the exact bundle is
+converted to GGUF and quantized by llama.cpp (bench/llama_peer.py's pinned build, made on first use),
+and each type's values are put back into a bundle that kev scores in fp32
+(bench/llama_peer/dequantize.py: it leaves out llama.cpp's 8-bit activations, so the peer's real
+decisions move at least this much).
 
 With --speed N (N tokens), it also times per bundle a `kev forward` of N tokens minus a 1-token run
 (bench/precision_bench.py's measure: load and quantization cancel; peak RSS of the N-token run),
@@ -35,18 +42,40 @@ from precision_bench import timed_forward  # noqa: E402
 MARGIN_EDGES = (0.005, 0.01, 0.02, 0.05, 0.1)
 
 
+def pin_args(a):
+    model = a.model or ("kev-0.8b" if a.shape == "0.8b" and a.layers == 24 else "kev-4b")
+    pin = ("--model", model)
+    if model != "kev-4b":  # their released revisions are not pinned: name synthetic ones
+        pin += ("--base-revision", "0" * 40, "--checkpoint-revision", "0" * 40)
+    return pin
+
+
 def ensure_bundle(a, work):
     bundle = os.path.join(work, "bundle")
     if not os.path.exists(bundle):
         os.makedirs(work, exist_ok=True)
         extra = ["--shape", a.shape, "--layers", str(a.layers), "--temperature", str(a.temperature),
                  "--seed", str(a.synth_seed)]
-        model = a.model or ("kev-0.8b" if a.shape == "0.8b" and a.layers == 24 else "kev-4b")
-        pin = ("--model", model)
-        if model != "kev-4b":  # their released revisions are not pinned: name synthetic ones
-            pin += ("--base-revision", "0" * 40, "--checkpoint-revision", "0" * 40)
-        kevtest.synth_bundle(work, *extra, pin_args=pin)
+        kevtest.synth_bundle(work, *extra, pin_args=pin_args(a))
     return bundle
+
+
+def peer_bundles(kev, bundle, work, a):
+    """{"llama.cpp TYPE": (bundle of llama.cpp's TYPE weights, "fp32")} (bench/llama_peer/dequantize.py),
+    {"llama.cpp TYPE": its GGUF's bytes}"""
+    import llama_peer
+    sys.path.insert(0, os.path.join(HERE, "llama_peer"))
+    import dequantize
+    types = a.peer.split(",")
+    src, bins = llama_peer.llama_cpp(a.llama_cache, llama_peer.LLAMA_NPM_VERSION)
+    paths = llama_peer.ggufs(src, bins, bundle, work, "peer", types)
+    out, sizes = {}, {}
+    for t in types:
+        b = dequantize.peer_bundle(kev, src, paths[t], bundle, os.path.join(work, "synth"), pin_args(a),
+                                   os.path.join(work, "peer-" + t))
+        out["llama.cpp " + t] = (b, "fp32")
+        sizes["llama.cpp " + t] = os.path.getsize(paths[t])
+    return out, sizes
 
 
 def quantized(kev, bundle, work, name, args):
@@ -115,6 +144,10 @@ def main():
     ap.add_argument("--no-int8", action="store_true", help="skip the exact bundle in int8 mode")
     ap.add_argument("--variants-only", action="store_true",
                     help="skip the q8 and q4 format bundles: only the exact bundle and the --variant ones")
+    ap.add_argument("--peer", help="also llama.cpp's weights of these GGUF types (e.g. Q8_0,Q4_K_M), "
+                    "scored in fp32 (bench/llama_peer/dequantize.py)")
+    ap.add_argument("--llama-cache", default=os.path.expanduser("~/.cache/kev-bench"),
+                    help="where bench/llama_peer.py keeps llama.cpp")
     ap.add_argument("--json", help="also write the result here")
     ap.add_argument("--speed", type=int, default=0, help="also time a prefill of this many tokens")
     ap.add_argument("--speed-only", action="store_true")
@@ -134,6 +167,10 @@ def main():
     for v in a.variant:
         name, _, args = v.partition("=")
         runs[name] = (quantized(kev, bundle, work, "variant-" + name, shlex.split(args)), "int8")
+    gguf_bytes = {}
+    if a.peer:
+        peers, gguf_bytes = peer_bundles(kev, bundle, work, a)
+        runs.update(peers)
     if a.speed:
         speeds = speed(kev, runs, a)
         if a.speed_only:
@@ -168,6 +205,8 @@ def main():
             continue
         r = agreement(saved["probs"][name], ref)
         r["weight_bytes"] = sizes[name]
+        if name in gguf_bytes:
+            r["gguf_bytes"] = gguf_bytes[name]  # the file llama.cpp would serve (its weight_bytes: BF16)
         r["score_s"] = round(saved["seconds"].get(name, 0), 1)
         result["bundles"][name] = r
     result["exact_weight_bytes"] = sizes["fp32"]
