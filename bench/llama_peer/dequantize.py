@@ -10,9 +10,10 @@ returned to kev's tensor names and row/column order, rounded to BF16 and written
 bundle's base weights; every other tensor keeps the exact bundle's bytes. The copy is exported the
 way the exact bundle was (`kev pin` + `kev export`), with the synthetic adapter's B matrices zeroed,
 so the merge adds nothing: the new bundle holds exactly the peer's weights (to BF16, whose rounding,
-2^-9 relative, is below a 4- or 8-bit step) and is scored with kev's exact fp32 mode. What this
-leaves out of llama.cpp's own arithmetic: it quantizes the activations too (to 8 bits, Q8_0 / Q8_K)
-for those products, so its decisions move at least this much.
+2^-9 relative, is below a 4- or 8-bit step; a -0 comes out +0, the merge's one change) and is
+scored with kev's exact fp32 mode. What this leaves out of llama.cpp's own arithmetic: it quantizes
+the activations too (to 8 bits, Q8_0 / Q8_K) for those products, so its decisions move at least
+this much.
 
 The order: llama.cpp's converter puts a Qwen3.5 GDN layer's value heads in tiled order when there
 are more value heads than key heads (rows of in_proj_qkv's V part, in_proj_z, in_proj_a/b; columns
@@ -31,6 +32,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "pylib"))
 import kevtest  # noqa: E402
+from exact_fp import bf16_bits_array  # noqa: E402
 
 MAX_REL_RMS = 0.25
 
@@ -72,12 +74,6 @@ def kev_order(name, x, text):
     if ".out_proj." in name:
         return untile_value_heads(x, 1, kh, r, dv)
     return x
-
-
-def to_bf16_bits(x):
-    """float32 -> BF16 bits, round to nearest even (the values here are finite)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def dequantized_tensors(llama_src, gguf_path, names, text):
@@ -135,7 +131,8 @@ def peer_bundle(kev, llama_src, gguf_path, exact_bundle, synth, pin_args, out):
             if not rel < MAX_REL_RMS:
                 sys.exit(f"{name}: {qtype} values are {rel:.2f} relative RMS from the exact ones: "
                          "name or order mapped wrongly")
-            tensors[name] = torch.from_numpy(to_bf16_bits(x).view(np.int16)).view(torch.bfloat16)
+            bits = bf16_bits_array(np.ascontiguousarray(x, dtype=np.float32))
+            tensors[name] = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
             report[name] = {"type": qtype, "rel_rms": round(rel, 5)}
         kevtest.write_safetensors(os.path.join(base, shard), tensors)
     missing = [n for n in deq if n not in report]
