@@ -55,9 +55,16 @@ struct Planned {
   const ProjectionPlan* plan = nullptr;  // null: copied byte for byte
 };
 
-// Bytes per 32-value block of a q4 or q5 part (gemm_int8.h).
+// Bytes per 32-value block of a q4, q5 or q4z part (gemm_int8.h).
 int64_t low_bit_block_bytes(WeightKind k) {
-  return k == WeightKind::kQ5 ? kQuantBlock / 2 + 4 : kQuantBlock / 2;
+  return k == WeightKind::kQ5    ? kQuantBlock / 2 + 4
+         : k == WeightKind::kQ4z ? kQ4zBlockBytes
+                                 : kQuantBlock / 2;
+}
+
+// F16 scales per row of a q4, q5 (one per block) or q4z (one per super-block) part.
+int64_t low_bit_scales(WeightKind k, int64_t blocks) {
+  return k == WeightKind::kQ4z ? (blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock : blocks;
 }
 
 std::string part_name(const std::string& tensor, const RowPart& r) {
@@ -83,7 +90,7 @@ std::vector<TensorSpec> specs_of(const std::vector<Planned>& planned) {
         specs.push_back({name + ".scale", DType::kF32, {n, blocks}});
       } else {
         specs.push_back({name, DType::kU8, {n, blocks * low_bit_block_bytes(r.kind)}});
-        specs.push_back({name + ".scale", DType::kF16, {n, blocks}});
+        specs.push_back({name + ".scale", DType::kF16, {n, low_bit_scales(r.kind, blocks)}});
       }
     }
   }
@@ -97,9 +104,9 @@ void write_quantized(SafetensorsWriter& out, const uint8_t* bf16, int64_t cols, 
   const int64_t blocks = blocks_of(cols), n = r.row1 - r.row0;
   const bool q8 = r.kind == WeightKind::kQ8;
   const int64_t row_bytes = q8 ? blocks * kQuantBlock : blocks * low_bit_block_bytes(r.kind);
-  const int64_t scale_bytes = q8 ? 4 : 2;
+  const int64_t scale_bytes = q8 ? 4 : 2, row_scales = q8 ? blocks : low_bit_scales(r.kind, blocks);
   std::vector<uint8_t> values(static_cast<size_t>(std::min(n, kRowsPerChunk) * row_bytes));
-  std::vector<uint8_t> scales(static_cast<size_t>(n * blocks * scale_bytes));
+  std::vector<uint8_t> scales(static_cast<size_t>(n * row_scales * scale_bytes));
   for (int64_t c0 = 0; c0 < n; c0 += kRowsPerChunk) {
     const int64_t c1 = std::min(n, c0 + kRowsPerChunk);
     std::vector<int64_t> overflow(static_cast<size_t>(c1 - c0), -1);
@@ -115,23 +122,29 @@ void write_quantized(SafetensorsWriter& out, const uint8_t* bf16, int64_t cols, 
             v[static_cast<size_t>(k)] = bf16_to_f32(h);
           }
           uint8_t* q = values.data() + static_cast<int64_t>(i) * row_bytes;
-          uint8_t* s = scales.data() + row * blocks * scale_bytes;
+          uint8_t* s = scales.data() + row * row_scales * scale_bytes;
           if (q8) {
             std::vector<float> sc(static_cast<size_t>(blocks));
             quantize_row_int8(v.data(), cols, reinterpret_cast<int8_t*>(q), sc.data());
             std::memcpy(s, sc.data(), sc.size() * 4);
           } else {
-            std::vector<uint16_t> sc(static_cast<size_t>(blocks));
-            const bool fits = r.kind == WeightKind::kQ5
-                                  ? quantize_row_q5(v.data(), cols, q, sc.data())
-                                  : quantize_row_q4(v.data(), cols, q, sc.data());
+            std::vector<uint16_t> sc(static_cast<size_t>(row_scales));
+            const bool fits =
+                r.kind == WeightKind::kQ5    ? quantize_row_q5(v.data(), cols, q, sc.data())
+                : r.kind == WeightKind::kQ4z ? quantize_row_q4z(v.data(), cols, q, sc.data())
+                                             : quantize_row_q4(v.data(), cols, q, sc.data());
             if (!fits) overflow[i] = row;
             std::memcpy(s, sc.data(), sc.size() * 2);
           }
         },
         threads);
     for (int64_t row : overflow)
-      if (row >= 0)
+      if (row >= 0 && r.kind == WeightKind::kQ4z)
+        fail(ErrorKind::kBadInput,
+             "{}: row {} has a non-finite value or a super-block whose q4z scale (range / 255) "
+             "overflows F16; store it as q8 or bf16 (--q8 / --q4z)",
+             tensor, r.row0 + row);
+      else if (row >= 0)
         fail(ErrorKind::kBadInput,
              "{}: row {} has a block whose {} scale (|max| / {}) overflows F16; store it as q8 "
              "or bf16 (--q8 / --{})",
@@ -191,13 +204,19 @@ QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
                                 std::optional<int64_t> q8_layers,
                                 std::optional<int64_t> q5_layers) {
   for (const auto& [flag, n] : {std::pair{"--q8-layers", q8_layers}, {"--q5-layers", q5_layers}}) {
-    if (n && format != "q4")
+    if (n && format != "q4" && format != "q4z")
       fail(ErrorKind::kBadInput, "{} chooses layers of the q4 format; --format {} has none", flag,
            format);
     if (n && (*n < 0 || *n > layers))
       fail(ErrorKind::kBadInput, "{} {}: the model has {} layers", flag, *n, layers);
   }
-  if (format == "q8") return {int8_default_spec(layers), "", ""};
+  if (format == "q8") return {int8_default_spec(layers), "", "", ""};
+  if (format == "q4z") {
+    QuantDefaults d = quantize_defaults("q4", layers, q8_layers, q5_layers);
+    d.q4z = std::move(d.q4);
+    d.q4.clear();
+    return d;
+  }
   if (format == "q4") {
     // docs/notes/quantization-study.md: 4 bits where int8 quantizes, 8 bits for the rest (the
     // first quarter of the layers, or --q8-layers, and the GDN query and key rows after them);
@@ -221,7 +240,7 @@ QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
     if (d.q8 == fmt::format("all@0-{}", layers - 1)) d.q8 = "all";
     return d;
   }
-  fail(ErrorKind::kBadInput, "unknown quantized format '{}' (expected q8 or q4)", format);
+  fail(ErrorKind::kBadInput, "unknown quantized format '{}' (expected q8, q4 or q4z)", format);
 }
 
 QuantizeSummary run_quantize(const QuantizeOptions& o) {
@@ -251,10 +270,10 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
   if (weights->quantized())
     fail(ErrorKind::kBadInput, "{} already stores projections quantized", o.bundle);
   const int64_t layers = weights->config().layers;
-  if ((o.q8_layers || o.q5_layers) && (o.q8 || o.q4 || o.q5))
+  if ((o.q8_layers || o.q5_layers) && (o.q8 || o.q4 || o.q5 || o.q4z))
     fail(ErrorKind::kBadInput,
-         "{} sets the q4 format's default selection, which --q8 / --q4 / --q5 replace: give one "
-         "or the other",
+         "{} sets the q4 format's default selection, which --q8 / --q4 / --q5 / --q4z replace: "
+         "give one or the other",
          o.q8_layers ? "--q8-layers" : "--q5-layers");
   const QuantDefaults d = quantize_defaults(o.format, layers, o.q8_layers, o.q5_layers);
   QuantizeSummary sum;
@@ -262,10 +281,12 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
   sum.q8 = o.q8.value_or(d.q8);
   sum.q4 = o.q4.value_or(d.q4);
   sum.q5 = o.q5.value_or(d.q5);
+  sum.q4z = o.q4z.value_or(d.q4z);
   QuantSpecs specs;
   specs.q8 = sum.q8;
   specs.q5 = sum.q5;
   specs.q4 = sum.q4;
+  specs.q4z = sum.q4z;
   const std::vector<ProjectionPlan> plans = quantization_plan(weights->config(), specs);
   std::map<std::string, const ProjectionPlan*> by_tensor;
   for (const ProjectionPlan& p : plans)
@@ -276,9 +297,10 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
                            [](const RowPart& r) { return r.kind != WeightKind::kExact; });
       }))
     fail(ErrorKind::kBadInput,
-         "--q8 '{}', --q5 '{}' and --q4 '{}' reduce no projection of {}; nothing to do",
+         "--q8 '{}', --q5 '{}', --q4 '{}' and --q4z '{}' reduce no projection of {}; nothing to "
+         "do",
          sum.q8.empty() ? "none" : sum.q8, sum.q5.empty() ? "none" : sum.q5,
-         sum.q4.empty() ? "none" : sum.q4, o.bundle);
+         sum.q4.empty() ? "none" : sum.q4, sum.q4z.empty() ? "none" : sum.q4z, o.bundle);
   StagingDir staging(o.out_dir);
   std::map<std::string, std::string> outputs;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
@@ -339,6 +361,7 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
                         {"outputs", source_outputs}}}};
   // Recorded only where given, so that the manifests of q8 / q4 bundles stay what they were.
   if (!sum.q5.empty()) doc["quantized"]["q5"] = sum.q5;
+  if (!sum.q4z.empty()) doc["quantized"]["q4z"] = sum.q4z;
   write_file_synced(staging.file(kManifestFile), doc.dump(2) + "\n");
   check_interrupted();
   check_unchanged();

@@ -73,6 +73,11 @@ std::vector<ReducedPart> stored_parts(const ModelWeights& w, const Bf16Matrix& m
       p.q8 = pack_q8_rows(s.q, s.scale, n, m.cols, threads);
       w.release_bytes(s.q, static_cast<size_t>(n * blocks * kQuantBlock));
       w.release_bytes(s.scale, static_cast<size_t>(n * blocks) * 4);
+    } else if (s.rows.kind == WeightKind::kQ4z) {
+      p.q4 = pack_q4z_rows(s.q, s.scale, n, m.cols, threads);
+      const int64_t supers = (blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock;
+      w.release_bytes(s.q, static_cast<size_t>(n * blocks * kQ4zBlockBytes));
+      w.release_bytes(s.scale, static_cast<size_t>(n * supers) * 2);
     } else {
       const bool q5 = s.rows.kind == WeightKind::kQ5;
       p.q4 = q5 ? pack_q5_rows(s.q, s.scale, n, m.cols, threads)

@@ -79,6 +79,8 @@ const char* weight_kind_name(WeightKind k) {
       return "q4";
     case WeightKind::kQ5:
       return "q5";
+    case WeightKind::kQ4z:
+      return "q4z";
     default:
       return "bf16";
   }
@@ -115,6 +117,7 @@ std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantS
   const Selection q8 = parse_spec(specs.q8, c.layers, specs.q8_what);
   const Selection q4 = parse_spec(specs.q4, c.layers, specs.q4_what);
   const Selection q5 = parse_spec(specs.q5, c.layers, specs.q5_what);
+  const Selection q4z = parse_spec(specs.q4z, c.layers, specs.q4z_what);
   std::vector<ProjectionPlan> plans;
   // parts: (class, rows) in row order; consecutive rows of one kind form one part.
   auto add = [&](int64_t layer, std::string name, int64_t cols,
@@ -124,12 +127,15 @@ std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantS
     p.layer = layer;
     p.cols = cols;
     for (auto [cls, n] : parts) {
-      const std::pair<const Selection*, const std::string*> by_kind[] = {
-          {&q8, &specs.q8_what}, {&q5, &specs.q5_what}, {&q4, &specs.q4_what}};
-      const WeightKind kinds[] = {WeightKind::kQ8, WeightKind::kQ5, WeightKind::kQ4};
+      const std::pair<const Selection*, const std::string*> by_kind[] = {{&q8, &specs.q8_what},
+                                                                         {&q5, &specs.q5_what},
+                                                                         {&q4, &specs.q4_what},
+                                                                         {&q4z, &specs.q4z_what}};
+      const WeightKind kinds[] = {WeightKind::kQ8, WeightKind::kQ5, WeightKind::kQ4,
+                                  WeightKind::kQ4z};
       WeightKind kind = WeightKind::kExact;
       const std::string* chosen = nullptr;
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < 4; ++i) {
         if (!by_kind[i].first->has(layer, cls)) continue;
         if (chosen)
           fail(ErrorKind::kBadInput, "{} and {} both select {} of layer {}", *chosen,

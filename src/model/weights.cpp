@@ -147,11 +147,11 @@ class Binder {
       if (suffix.ends_with(".scale")) continue;  // read with its part
       const auto [f, t] = it->second;
       long long r0 = -1, r1 = -1;
-      char kind[8] = {};
+      char kind[8] = {};  // at most 7 characters
       if (std::sscanf(suffix.c_str(), "%lld-%lld.%7s", &r0, &r1, kind) != 3 ||
           fmt::format("{}-{}.{}", r0, r1, kind) != suffix || r0 < 0 || r1 <= r0 || r1 > rows)
         fail(ErrorKind::kBadInput,
-             "{}: tensor '{}' is not a part <rows>@<r0>-<r1>.<bf16|q8|q4|q5> of a {}-row "
+             "{}: tensor '{}' is not a part <rows>@<r0>-<r1>.<bf16|q8|q4|q5|q4z> of a {}-row "
              "projection",
              f->path(), t->name, rows);
       StoredPart part;
@@ -160,18 +160,23 @@ class Binder {
       const std::string k = kind;
       if (k == "bf16") {
         expect(*f, *t, DType::kBF16, {n, cols});
-      } else if (k == "q8" || k == "q4" || k == "q5") {
+      } else if (k == "q8" || k == "q4" || k == "q5" || k == "q4z") {
         part.rows.kind = k == "q8"   ? WeightKind::kQ8
                          : k == "q4" ? WeightKind::kQ4
-                                     : WeightKind::kQ5;
-        const int64_t block_bytes = k == "q8" ? kQuantBlock : k == "q4" ? 16 : 20;
+                         : k == "q5" ? WeightKind::kQ5
+                                     : WeightKind::kQ4z;
+        const int64_t block_bytes = k == "q8"   ? kQuantBlock
+                                    : k == "q4" ? 16
+                                    : k == "q5" ? 20
+                                                : kQ4zBlockBytes;
+        const int64_t scales = k == "q4z" ? (blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock : blocks;
         expect(*f, *t, k == "q8" ? DType::kI8 : DType::kU8, {n, blocks * block_bytes});
         auto sc = cat_.by_name.find(it->first + ".scale");
         if (sc == cat_.by_name.end())
           fail(ErrorKind::kBadInput, "{}: tensor '{}' has no '{}.scale'", f->path(), t->name,
                t->name);
         expect(*sc->second.file, *sc->second.info, k == "q8" ? DType::kF32 : DType::kF16,
-               {n, blocks});
+               {n, scales});
         part.scale = sc->second.file->data(*sc->second.info);
         used_.insert(sc->first);
       } else {
@@ -318,16 +323,14 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
 }
 
 std::string ModelWeights::stored_kinds() const {
-  bool has[3] = {};  // q4, q5, q8
+  const WeightKind order[] = {WeightKind::kQ4, WeightKind::kQ4z, WeightKind::kQ5, WeightKind::kQ8};
+  bool has[4] = {};
   for (const auto& [name, parts] : stored_)
-    for (const StoredPart& p : parts) {
-      has[0] = has[0] || p.rows.kind == WeightKind::kQ4;
-      has[1] = has[1] || p.rows.kind == WeightKind::kQ5;
-      has[2] = has[2] || p.rows.kind == WeightKind::kQ8;
-    }
+    for (const StoredPart& p : parts)
+      for (int i = 0; i < 4; ++i) has[i] = has[i] || p.rows.kind == order[i];
   std::string kinds;
-  const char* names[] = {"q4", "q5", "q8"};
-  for (int i = 0; i < 3; ++i)
+  const char* names[] = {"q4", "q4z", "q5", "q8"};
+  for (int i = 0; i < 4; ++i)
     if (has[i]) {
       if (!kinds.empty()) kinds += '+';
       kinds += names[i];

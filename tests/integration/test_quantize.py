@@ -4,16 +4,17 @@ The oracle is written here in numpy from the format's published description (it 
 which projections of a model are "big" (from config.json's layer_types and GDN widths), how a
 spec (`class[@first-last],...`, `all`, `gdn_qkv`, `none`) selects class/layer pairs, the default
 specs of `--format q4` / `--format q8` (F = ceil(layers / 4)), how a projection's rows are cut
-into parts of one kind each (`W@r0-r1.bf16|q8|q4|q5`, a q8/q4/q5 part followed by its `.scale`),
-and the q8 / q4 / q5 rules per row and 32-value block in float32 arithmetic (nearbyint = round
-half to even, the F16 scale of q4 / q5 rounded to nearest even, two nibbles per byte, low nibble
-first, q5's fifth bits in a little-endian word after each block's nibbles).
+into parts of one kind each (`W@r0-r1.bf16|q8|q4|q5|q4z`, a quantized part followed by its
+`.scale`), and the q8 / q4 / q5 / q4z rules per row and 32-value block in float32 arithmetic
+(nearbyint = round half to even, F16 scales rounded to nearest even, two nibbles per byte, low
+nibble first, q5's fifth bits in a little-endian word after each block's nibbles, q4z's search
+with its sums in k's order).
 Safetensors files are parsed by a small reader here (u64 LE header length, JSON header, raw
 data) so that I8 / U8 / F16 are compared as raw bytes.
 
 Proved here:
-- every tensor of a `--format q4`, a `--format q8` and custom-spec bundles (`--q5` rows among
-  them) is byte-for-byte the oracle's (names, kinds, row ranges, dtypes, shapes, data, order
+- every tensor of a `--format q4`, a `--format q8`, a `--format q4z` and custom-spec bundles
+  (`--q5` rows among them) is byte-for-byte the oracle's (names, kinds, row ranges, dtypes, shapes, data, order
   within the shard); every other tensor and file is the source's; the index's weight_map names
   the shards' tensors; the manifest's `quantized` record and `outputs` digests; `kev verify`
   passes. The synthetic model
@@ -25,8 +26,8 @@ Proved here:
 - refusals that leave nothing behind (no OUT, no `.<name>.kev-staging.*`): an existing OUT, a
   source that fails verification, an already quantized source, overlapping specs, an unknown
   class, a layer outside the model;
-- damaged quantized bundles (a scale removed, a part of the wrong shape or scale dtype, rows
-  missing between parts) are refused at load with a message naming the projection;
+- damaged quantized bundles (a scale removed, a part of the wrong shape or scale dtype, a q4
+  part named q5 or q4z, rows missing between parts) are refused at load with a message naming the projection;
 - a write failure, SIGINT or SIGTERM mid-quantization, and a selection that reduces nothing,
   leave nothing behind.
 """
@@ -184,12 +185,12 @@ def projection_classes(cfg):
     return out
 
 
-def row_parts(layer, classes, rows, q8, q4, q5=frozenset()):
+def row_parts(layer, classes, rows, q8, q4, q5=frozenset(), q4z=frozenset()):
     """[(row0, row1, kind)]: consecutive rows of one kind merged, in row order."""
     parts = []
     for cls, r0, r1 in classes:
         r1 = rows if r1 is None else r1
-        kinds = [k for k, sel in (("q8", q8), ("q5", q5), ("q4", q4)) if (cls, layer) in sel]
+        kinds = [k for k, sel in (("q8", q8), ("q5", q5), ("q4", q4), ("q4z", q4z)) if (cls, layer) in sel]
         assert len(kinds) <= 1, (cls, layer, kinds)
         kind = kinds[0] if kinds else "bf16"
         if parts and parts[-1][2] == kind:
@@ -260,6 +261,85 @@ def q4_oracle(x, bits=4):
     return packed.reshape(x.shape[0], -1).tobytes(), s16.view("<u2").tobytes()
 
 
+def q4z_fit(v, d, sc, z):
+    """q4z's fit at step d * sc and zero z for blocks v [N, 32]: (t [N, 32], squared error [N]),
+    the error summed in k's order as the format says (not numpy's pairwise sum)."""
+    s = (d * sc).astype(F32)
+    step, zf = (s * F32(0.125)).astype(F32), (z * F32(0.125)).astype(F32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.clip(np.rint((v / s[:, None]).astype(F32) - zf[:, None]), -8, 7).astype(F32)
+    e = (v - step[:, None] * (F32(8) * t + z[:, None])).astype(F32)
+    err = np.zeros(v.shape[0], dtype=F32)
+    for k in range(32):
+        err = (err + e[:, k] * e[:, k]).astype(F32)
+    return t, err
+
+
+def q4z_refit(v, t, d):
+    """(ok, sc, z) of the least-squares line v ~ a t + c, sums in k's order."""
+    st, stt, sv, stv = (np.zeros(v.shape[0], dtype=F32) for _ in range(4))
+    for k in range(32):
+        st = (st + t[:, k]).astype(F32)
+        stt = (stt + t[:, k] * t[:, k]).astype(F32)
+        sv = (sv + v[:, k]).astype(F32)
+        stv = (stv + t[:, k] * v[:, k]).astype(F32)
+    n = F32(32)
+    det = (n * stt - st * st).astype(F32)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        a = ((n * stv - st * sv).astype(F32) / det).astype(F32)
+        c = ((sv - a * st).astype(F32) / n).astype(F32)
+        ok = (det > 0) & (a > 0)
+        sc = np.clip(np.rint((a / d).astype(F32)), 1, 255).astype(F32)
+        z = np.clip(np.rint((F32(8) * c / (d * sc).astype(F32)).astype(F32)), -63, 63).astype(F32)
+    return ok, sc, z
+
+
+def q4z_oracle(x):
+    """-> (U8 bytes [n, B*18], F16 super-scale bytes [n, ceil(B/8)]): q4z's search (gemm_int8.h)"""
+    blk, nb = blocks(x)
+    n, nsb = x.shape[0], -(-nb // 8)
+    lo, hi = blk.min(axis=2), blk.max(axis=2)
+    r = np.maximum((hi - lo).astype(F32) / F32(15), np.maximum(-lo, hi) / F32(14)).astype(F32)
+    rpad = np.zeros((n, nsb * 8), dtype=F32)
+    rpad[:, :nb] = r
+    rmax = (rpad.reshape(n, nsb, 8).max(axis=2) + F32(0)).astype(F32)  # never -0
+    d16 = (rmax / F32(255)).astype(F32).astype(np.float16)
+    assert np.all(np.isfinite(d16)), "an F16 super-scale overflowed: not in this test's data"
+    d = np.repeat(d16.astype(F32), 8, axis=1)[:, :nb].reshape(-1)
+    v, lo, hi, r = blk.reshape(-1, 32), lo.reshape(-1), hi.reshape(-1), r.reshape(-1)
+    live = d > 0
+    dd = np.where(live, d, F32(1)).astype(F32)
+    best_err = np.full(v.shape[0], np.inf, dtype=F32)
+    best_sc, best_z = np.zeros_like(best_err), np.zeros_like(best_err)
+
+    def consider(sc, z, mask):
+        t, err = q4z_fit(v, dd, sc, z)
+        better = mask & (err < best_err)
+        best_err[better], best_sc[better], best_z[better] = err[better], sc[better], z[better]
+        return t
+
+    sc0 = np.clip(np.rint((r / dd).astype(F32)), 1, 255).astype(F32)
+    for f in (F32(1), F32(0.98), F32(0.96)):
+        sc = np.clip(np.rint((sc0 * f).astype(F32)), 1, 255).astype(F32)
+        with np.errstate(over="ignore"):
+            mid = ((lo + hi).astype(F32) / (F32(2) * (dd * sc).astype(F32))).astype(F32)
+            z0 = np.rint((F32(8) * (mid + F32(0.5))).astype(F32))
+        for dz in (F32(-1), F32(0), F32(1)):
+            z = np.clip(z0 + dz, -63, 63).astype(F32)
+            t = consider(sc, z, live)
+            ok, sc2, z2 = q4z_refit(v, t, dd)
+            consider(sc2, z2, live & ok)
+    t, _ = q4z_fit(v, dd, best_sc, best_z)
+    t[~live] = 0
+    u = t.astype(np.int8).view(np.uint8)
+    nib = (u & 0x0F).reshape(-1, 16, 2)
+    packed = (nib[..., 0] | (nib[..., 1] << 4)).astype(np.uint8)
+    tail = np.stack([best_sc.astype(np.uint8), best_z.astype(np.int8).view(np.uint8)], axis=1)
+    tail[~live] = 0
+    out = np.concatenate([packed, tail], axis=1).reshape(n, nb * 18)
+    return out.tobytes(), d16.view("<u2").tobytes()
+
+
 def expected_parts(full_name, raw, rows, cols, parts):
     """The oracle's replacement tensors for one reduced projection: [(name, dtype, shape, raw)]."""
     x = bf16_rows(raw, rows, cols)
@@ -273,6 +353,9 @@ def expected_parts(full_name, raw, rows, cols, parts):
         elif kind == "q8":
             data, scale = q8_oracle(x[r0:r1])
             out += [(name, "I8", [n, nb * 32], data), (name + ".scale", "F32", [n, nb], scale)]
+        elif kind == "q4z":
+            data, scale = q4z_oracle(x[r0:r1])
+            out += [(name, "U8", [n, nb * 18], data), (name + ".scale", "F16", [n, -(-nb // 8)], scale)]
         else:
             bits = 5 if kind == "q5" else 4
             data, scale = q4_oracle(x[r0:r1], bits)
@@ -304,7 +387,7 @@ class Source:
         name = self.prefix + rel
         return self.st[self.index["weight_map"][name]]["t"][name]
 
-    def plan(self, q8, q4, q5=frozenset()):
+    def plan(self, q8, q4, q5=frozenset(), q4z=frozenset()):
         """{name without prefix: [(row0, row1, kind)]} for every big projection."""
         out = {}
         for rel, (layer, classes) in self.classes.items():
@@ -312,7 +395,7 @@ class Source:
             assert dtype == "BF16" and len(shape) == 2, (rel, dtype, shape)
             if classes[-1][2] is not None:
                 assert shape[0] == classes[-1][2], (rel, shape, "in_proj_qkv rows != q + k + v")
-            out[rel] = row_parts(layer, classes, shape[0], q8, q4, q5)
+            out[rel] = row_parts(layer, classes, shape[0], q8, q4, q5, q4z)
         return out
 
     def expected_shard(self, shard, plan):
@@ -374,10 +457,10 @@ def level_env(level):
 
 # ---- 1. the bytes ----
 
-def check_bundle(source, out, q8, q4, q5=None):
-    """Asserts every file of `out` is what the oracle derives for the selection (q8, q4, q5)."""
+def check_bundle(source, out, q8, q4, q5=None, q4z=None):
+    """Asserts every file of `out` is what the oracle derives for the selection (q8, q4, q5, q4z)."""
     assert sorted(os.listdir(out)) == sorted(os.listdir(source.bundle))
-    plan = source.plan(q8, q4, q5 or frozenset())
+    plan = source.plan(q8, q4, q5 or frozenset(), q4z or frozenset())
     reduced = {rel for rel, parts in plan.items() if parts != [(0, parts[-1][1], "bf16")]}
 
     with open(os.path.join(out, INDEX)) as f:
@@ -425,6 +508,10 @@ def check_bundle(source, out, q8, q4, q5=None):
         assert "q5" not in quant  # the manifests of q8 / q4 bundles are as they were
     else:
         assert parse_spec(quant["q5"], source.layers) == q5, quant["q5"]
+    if q4z is None:
+        assert "q4z" not in quant
+    else:
+        assert parse_spec(quant["q4z"], source.layers) == q4z, quant["q4z"]
     assert quant["source"] == {"manifest_sha256": hashlib.sha256(source.manifest_bytes).hexdigest(),
                                "outputs": source.manifest["outputs"]}
     files = sorted(f for f in os.listdir(out) if f != MANIFEST)
@@ -548,6 +635,53 @@ def test_q5_specs_match_the_oracle(source, quantized, decisions):
     best = levels()[-1]
     assert score(out, decisions, "--threads", "2", env=level_env(best)) == want, best
     assert want != score(source.bundle, decisions)  # the 5-bit rows are in effect
+
+
+@pytest.mark.parametrize("first, five", [(None, None), (1, 1)])
+def test_q4z_format_matches_the_oracle(source, quantized, decisions, first, five):
+    """--format q4z: q4's selection with its 4-bit rows by the q4z rule (a fitted step and zero
+    per block, F16 scales per 8 blocks); with --q8-layers / --q5-layers, q8, q5 and q4z rows side
+    by side. Its answers do not depend on the kernel level or the threads."""
+    args = ["--format", "q4z"] + ([] if first is None else ["--q8-layers", str(first), "--q5-layers", str(five)])
+    out = quantized(f"q4z-{first}-{five}", *args)
+    if first is None:
+        (q8, q4z), q5 = default_sets("q4", source.layers), None
+    else:
+        q8, q5, q4z = q5_layer_sets(source.layers, first, five)
+    plan, reduced = check_bundle(source, out, q8, set(), q5, q4z)
+    assert "q4z" in {k for rel in reduced for _, _, k in plan[rel]}
+    if first is None:
+        return
+    want = score(out, decisions, "--threads", "1", env=level_env("portable"))
+    best = levels()[-1]
+    assert score(out, decisions, "--threads", "2", env=level_env(best)) == want, best
+    assert want != score(source.bundle, decisions)  # the q4z rows are in effect
+
+
+def test_q4z_oracle_on_hand_values():
+    """The q4z oracle on a block whose answer is known by hand: values on a grid of step 1/8
+    from -1 to 7/8 (16 levels) are stored exactly, with d = f16(range' / 255), where range' =
+    max(15/8 / 15, 1 / 14) = 1/8, and sc, z that make d sc / 8 (8 t + z) hit every level."""
+    row = np.zeros((1, 32), dtype=F32)
+    row[0, :16] = np.arange(-8, 8, dtype=F32) / F32(8)
+    row[0, 16:] = np.arange(-8, 8, dtype=F32)[::-1] / F32(8)
+    data, scale = q4z_oracle(row)
+    d = np.frombuffer(scale, dtype="<f2")[0]
+    assert d == np.float16(0.125 / 255)
+    b = np.frombuffer(data, dtype=np.uint8)
+    t = np.empty(32, dtype=np.int8)
+    t[0::2], t[1::2] = (b[:16] & 0xF), (b[:16] >> 4)
+    t = np.where(t >= 8, t - 16, t)
+    sc, z = int(b[16]), int(b[17].astype(np.int8))
+    back = F32(d) * F32(sc) / F32(8) * (F32(8) * t.astype(F32) + F32(z))
+    assert np.abs(back - row[0]).max() < 0.02 * 0.125, (sc, z, back - row[0])
+    # a block of one value: r = |v| / 14, the grid shifted by z (clamped at 63) to reach it
+    row[0, :] = 0.7
+    data, scale = q4z_oracle(row)
+    b = np.frombuffer(data, dtype=np.uint8)
+    d, sc, z = F32(np.frombuffer(scale, dtype="<f2")[0]), F32(b[16]), F32(b[17].astype(np.int8))
+    t = F32(np.int8(b[0] << 4) >> 4)
+    assert abs(d * sc / F32(8) * (F32(8) * t + z) - F32(0.7)) < 0.7 / 50, (d, sc, z, t)
 
 
 def test_oracle_rules_on_edge_values():
@@ -843,6 +977,10 @@ def edits(source):
         return [(n.replace(up_q4, up_q4[:-1] + "5"), d, s, raw) for n, d, s, raw in entries]
     as_q5.target = up_q4
 
+    def as_q4z(entries):  # renamed q4z: 16 bytes a block, not 18, and a scale per block, not per 8
+        return [(n.replace(up_q4, up_q4 + "z"), d, s, raw) for n, d, s, raw in entries]
+    as_q4z.target = up_q4
+
     first = f"{qkv}@0-{2 * q}.q8"
 
     def gap(entries):  # the q8 part (and its scale) one row shorter and renamed: row 2q-1 missing
@@ -861,12 +999,13 @@ def edits(source):
     missing_part.target = first
 
     return {"intact-rewrite": (up, keep), "scale-removed": (up, drop_scale), "part-wrong-shape": (up, short_part),
-            "scale-wrong-dtype": (up, f32_scale), "q4-named-q5": (up, as_q5), "rows-gap": (qkv, gap),
+            "scale-wrong-dtype": (up, f32_scale), "q4-named-q5": (up, as_q5),
+            "q4-named-q4z": (up, as_q4z), "rows-gap": (qkv, gap),
             "part-missing": (qkv, missing_part)}
 
 
-CASES = ["intact-rewrite", "scale-removed", "part-wrong-shape", "scale-wrong-dtype", "q4-named-q5", "rows-gap",
-         "part-missing"]
+CASES = ["intact-rewrite", "scale-removed", "part-wrong-shape", "scale-wrong-dtype", "q4-named-q5", "q4-named-q4z",
+         "rows-gap", "part-missing"]
 
 
 @pytest.mark.parametrize("case", CASES)

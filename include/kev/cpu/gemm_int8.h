@@ -70,6 +70,22 @@ void quantize_row_int8(const float* v, int64_t n, int8_t* q, float* scale);
 // would overflow F16 (|m| / 8 or |m| / 16 >= 65520).
 bool quantize_row_q4(const float* v, int64_t n, uint8_t* q, uint16_t* scale);
 bool quantize_row_q5(const float* v, int64_t n, uint8_t* q, uint16_t* scale);
+// - q4z (4 bits with a fitted step and zero, 4.5625 bits per weight): a block (zero-padded to 32)
+//   stores t in [-8, 7] and means v ~ (d * sc / 8) * (8 t + z), with sc in [1, 255] (a byte), z
+//   in [-63, 63] (an int8) and d the F16 scale of its super-block of 8 blocks along the row. In
+//   binary32 with round-to-nearest-even throughout (no fused multiply-add):
+//   per block lo = min v, hi = max v, r = max((hi - lo) / 15, max(-lo, hi) / 14); per super-block
+//   d = f16(max r / 255) (all zeros, sc = z = 0, where d is 0); per block, fit(sc, z) gives
+//   t[k] = clamp(nearbyint(v[k] / (d sc) - z / 8), -8, 7) and the squared error summed in k's
+//   order; sc0 = clamp(nearbyint(r / d), 1, 255); for f in (1, 0.98f, 0.96f): sc =
+//   clamp(nearbyint(sc0 f), 1, 255), z0 = nearbyint(8 ((lo + hi) / (2 (d sc)) + 0.5)); for dz in
+//   (-1, 0, 1): z = clamp(z0 + dz, -63, 63), fit(sc, z), then the least-squares line v ~ a t + c
+//   through that fit's t (sums in k's order; skipped where n Stt - St^2 <= 0 or a <= 0) gives
+//   sc = clamp(nearbyint(a / d), 1, 255), z = clamp(nearbyint(8 c / (d sc)), -63, 63), fit again;
+//   the first fit of least error wins. Bytes [rows][blocks * 18]: per block q4's 16 bytes of
+//   nibbles, then sc, then z; F16 d [rows][ceil(blocks / 8)]. Returns false on a non-finite value
+//   or an F16 overflow of d. 8 t + z is in [-127, 119]: the int8 kernels run it as is.
+bool quantize_row_q4z(const float* v, int64_t n, uint8_t* q, uint16_t* super_scale);
 // The kernels' layouts of stored rows (q and scale may be unaligned; cols > 0).
 Int8Matrix pack_q8_rows(const void* q, const void* scale, int64_t rows, int64_t cols,
                         size_t threads = 0);
@@ -77,6 +93,8 @@ Int4Matrix pack_q4_rows(const void* q, const void* scale, int64_t rows, int64_t 
                         size_t threads = 0);
 Int4Matrix pack_q5_rows(const void* q, const void* scale, int64_t rows, int64_t cols,
                         size_t threads = 0);
-// (gemm_int4_kernel, precision_kernels.h, runs a q4 or q5 matrix.)
+Int4Matrix pack_q4z_rows(const void* q, const void* super_scale, int64_t rows, int64_t cols,
+                         size_t threads = 0);
+// (gemm_int4_kernel, precision_kernels.h, runs a q4, q5 or q4z matrix.)
 
 }  // namespace kev

@@ -1,10 +1,10 @@
-// Which rows of which big projection are reduced to 8, 5 or 4 bits, for the int8 precision mode
-// (reduced at load time) and for quantized bundles (`kev quantize`, reduced on disk). One
-// selection language for both: a spec is a comma list of `class[@first-last]` (layers 0-based,
-// inclusive; default every layer), the classes attn_q, attn_k, attn_v, attn_o, gdn_q, gdn_k,
-// gdn_v (the query, key and value rows of a GDN in_proj_qkv), gdn_z, gdn_out, mlp_gate, mlp_up,
-// mlp_down; `all` stands for every class, `gdn_qkv` for its three row classes, `none` (or "")
-// for nothing.
+// Which rows of which big projection are reduced to 8, 5 or 4 bits (q4 or q4z), for the int8
+// precision mode (reduced at load time) and for quantized bundles (`kev quantize`, reduced on
+// disk). One selection language for both: a spec is a comma list of `class[@first-last]` (layers
+// 0-based, inclusive; default every layer), the classes attn_q, attn_k, attn_v, attn_o, gdn_q,
+// gdn_k, gdn_v (the query, key and value rows of a GDN in_proj_qkv), gdn_z, gdn_out, mlp_gate,
+// mlp_up, mlp_down; `all` stands for every class, `gdn_qkv` for its three row classes, `none` (or
+// "") for nothing.
 //
 // Contract: quantization_plan lists every big projection of the config (the tensors
 // projection_names gives, in layer order) with its rows cut into parts of one kind each, in row
@@ -21,8 +21,8 @@
 
 namespace kev {
 
-enum class WeightKind { kExact, kQ8, kQ4, kQ5 };
-const char* weight_kind_name(WeightKind k);  // "bf16", "q8", "q4", "q5"
+enum class WeightKind { kExact, kQ8, kQ4, kQ5, kQ4z };
+const char* weight_kind_name(WeightKind k);  // "bf16", "q8", "q4", "q5", "q4z"
 
 struct RowPart {
   int64_t row0 = 0, row1 = 0;
@@ -37,8 +37,9 @@ struct ProjectionPlan {
 };
 
 struct QuantSpecs {
-  std::string q8, q5, q4;  // the rows stored (or run) at 8, 5 and 4 bits
-  std::string q8_what = "--q8", q5_what = "--q5", q4_what = "--q4";  // what errors call them
+  std::string q8, q5, q4, q4z;  // the rows stored (or run) at 8, 5, 4 bits and as q4z
+  std::string q8_what = "--q8", q5_what = "--q5", q4_what = "--q4",
+              q4z_what = "--q4z";  // what errors call them
   // One selection of rows (at "8 bits": the load-time modes' reduced rows), errors naming `what`.
   static QuantSpecs only(std::string spec, std::string what) {
     QuantSpecs s;

@@ -283,6 +283,119 @@ bool quantize_row_q5(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
 
 namespace {
 
+constexpr int kQ4zZeroMax = 63;  // |z|: 8 * [-8, 7] + z stays within the int8 rule's [-127, 127]
+
+// The q4z values of one zero-padded block v at step s = d * sc (exact) and zero z: t[k] (the
+// stored 4-bit value) and the block's squared error, summed in k's order.
+float q4z_fit(const float* v, float d, float sc, float z, float* t) {
+  const float s = d * sc, step = s * 0.125f, zf = z * 0.125f;
+  float err = 0.0f;
+  for (int64_t k = 0; k < kQuantBlock; ++k) {
+    t[k] = std::min(7.0f, std::max(-8.0f, std::nearbyint(v[k] / s - zf)));
+    const float e = v[k] - step * (8.0f * t[k] + z);
+    err = err + e * e;
+  }
+  return err;
+}
+
+// The scale index and zero of a least-squares line v ~ a * t + c through the values t gave (none
+// where the t are all equal or the slope is not positive).
+bool q4z_refit(const float* v, const float* t, float d, float* sc, float* z) {
+  float st = 0.0f, stt = 0.0f, sv = 0.0f, stv = 0.0f;
+  for (int64_t k = 0; k < kQuantBlock; ++k) {
+    st = st + t[k];
+    stt = stt + t[k] * t[k];
+    sv = sv + v[k];
+    stv = stv + t[k] * v[k];
+  }
+  const float n = static_cast<float>(kQuantBlock), det = n * stt - st * st;
+  if (!(det > 0.0f)) return false;
+  const float a = (n * stv - st * sv) / det, c = (sv - a * st) / n;
+  if (!(a > 0.0f)) return false;
+  *sc = std::min(255.0f, std::max(1.0f, std::nearbyint(a / d)));
+  *z = std::min(static_cast<float>(kQ4zZeroMax),
+                std::max(static_cast<float>(-kQ4zZeroMax), std::nearbyint(8.0f * c / (d * *sc))));
+  return true;
+}
+
+struct Q4zChoice {
+  float sc = 0.0f, z = 0.0f, err = INFINITY;
+  void consider(const float* v, float d, float sc_, float z_, float* t) {
+    const float e = q4z_fit(v, d, sc_, z_, t);
+    if (e < err) *this = {sc_, z_, e};
+  }
+};
+
+// One block's (sc, z) by the search of gemm_int8.h; r is its range estimate.
+Q4zChoice q4z_search(const float* v, float lo, float hi, float r, float d) {
+  const float sc0 = std::min(255.0f, std::max(1.0f, std::nearbyint(r / d)));
+  const float shrink[] = {1.0f, 0.98f, 0.96f};
+  Q4zChoice best;
+  float t[kQuantBlock];
+  for (float f : shrink) {
+    const float sc = std::min(255.0f, std::max(1.0f, std::nearbyint(sc0 * f)));
+    const float z0 = std::nearbyint(8.0f * ((lo + hi) / (2.0f * (d * sc)) + 0.5f));
+    for (float dz : {-1.0f, 0.0f, 1.0f}) {
+      const float z = std::min(static_cast<float>(kQ4zZeroMax),
+                               std::max(static_cast<float>(-kQ4zZeroMax), z0 + dz));
+      best.consider(v, d, sc, z, t);
+      float sc2, z2;
+      if (q4z_refit(v, t, d, &sc2, &z2)) best.consider(v, d, sc2, z2, t);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+bool quantize_row_q4z(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
+  const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  std::vector<float> pad(static_cast<size_t>(blocks * kQuantBlock), 0.0f);
+  std::copy(v, v + n, pad.begin());
+  for (float x : pad)
+    if (!std::isfinite(x)) return false;
+  std::vector<float> lo_v(static_cast<size_t>(blocks)), hi_v(lo_v.size()), r_v(lo_v.size());
+  float *lo = lo_v.data(), *hi = hi_v.data(), *r = r_v.data();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* vb = pad.data() + b * kQuantBlock;
+    float l = vb[0], h = vb[0];
+    for (int64_t k = 1; k < kQuantBlock; ++k) {
+      l = std::min(l, vb[k]);
+      h = std::max(h, vb[k]);
+    }
+    lo[b] = l;
+    hi[b] = h;
+    r[b] = std::max((h - l) / 15.0f, std::max(-l, h) / 14.0f);
+  }
+  for (int64_t sb = 0; sb * kQ4zSuperBlock < blocks; ++sb) {
+    const int64_t b0 = sb * kQ4zSuperBlock, b1 = std::min(blocks, b0 + kQ4zSuperBlock);
+    float rmax = 0.0f;
+    for (int64_t b = b0; b < b1; ++b) rmax = std::max(rmax, r[b]);
+    const uint16_t d16 = f32_to_f16(rmax / 255.0f);
+    if ((d16 & 0x7c00u) == 0x7c00u) return false;
+    const float d = f16_to_f32(d16);
+    scale[sb] = d16;
+    for (int64_t b = b0; b < b1; ++b) {
+      uint8_t* qb = q + b * kQ4zBlockBytes;
+      std::fill(qb, qb + kQ4zBlockBytes, uint8_t{0});
+      if (d == 0.0f) continue;  // the super-block rounds to zero: zeros, sc = z = 0
+      const float* vb = pad.data() + b * kQuantBlock;
+      const Q4zChoice c = q4z_search(vb, lo[b], hi[b], r[b], d);
+      float t[kQuantBlock];
+      q4z_fit(vb, d, c.sc, c.z, t);
+      for (int64_t k = 0; k < kQuantBlock; ++k) {
+        const auto nib = static_cast<uint8_t>(static_cast<int>(t[k]) & 0xf);
+        qb[k / 2] |= static_cast<uint8_t>(k % 2 == 0 ? nib : nib << 4);
+      }
+      qb[kPairs] = static_cast<uint8_t>(c.sc);
+      qb[kPairs + 1] = static_cast<uint8_t>(static_cast<int8_t>(c.z));
+    }
+  }
+  return true;
+}
+
+namespace {
+
 // The packed shape of a [rows, cols] matrix (Int8Matrix / Int4Matrix share it).
 template <typename M>
 void set_packed_shape(M& m, int64_t rows, int64_t cols) {
@@ -372,6 +485,33 @@ Int4Matrix pack_q5_rows(const void* q_rows, const void* scale_rows, int64_t rows
   return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kPairs + 4, threads);
 }
 
+Int4Matrix pack_q4z_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                         size_t threads) {
+  Int4Matrix m;
+  set_packed_shape(m, rows, cols);
+  const int64_t supers = (m.blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock;
+  m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
+  m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
+  m.super.assign(static_cast<size_t>(m.groups * supers * kGroup), 0);
+  const auto* qs = static_cast<const uint8_t*>(q_rows);
+  const auto* ss = static_cast<const uint8_t*>(scale_rows);
+  const int64_t row_bytes = m.blocks * kQ4zBlockBytes;
+  for_each_row_block(rows, m.blocks, threads, [&](int64_t g, int64_t j, int64_t r, int64_t b) {
+    const uint8_t* src = qs + r * row_bytes + b * kQ4zBlockBytes;
+    m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] =
+        static_cast<uint16_t>(src[kPairs] | src[kPairs + 1] << 8);
+    for (int64_t p = 0; p < kPairs; ++p)
+      m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] = src[p];
+    if (b % kQ4zSuperBlock == 0) {
+      const int64_t sb = b / kQ4zSuperBlock;
+      uint16_t d;
+      std::memcpy(&d, ss + 2 * (r * supers + sb), 2);
+      m.super[static_cast<size_t>((g * supers + sb) * kGroup + j)] = d;
+    }
+  });
+  return m;
+}
+
 Isa best_int8_isa() {
   return model_kernels().int8_isa();
 }
@@ -392,6 +532,28 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
 }
 
 namespace {
+
+// q4z: the widened nibbles t of groups [g0, g0 + n) become 8 t + z, and each block's scale
+// f16(d) * sc / 8 (exact in FP32).
+void widen_q4z_zeros(const Int4Matrix& w, int64_t g0, int64_t n, int8_t* values, float* scales) {
+  const int64_t supers = (w.blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock;
+  for (int64_t gi = 0; gi < n; ++gi)
+    for (int64_t b = 0; b < w.blocks; ++b)
+      for (int64_t j = 0; j < kGroup; ++j) {
+        const int64_t g = g0 + gi, at = (g * w.blocks + b) * kGroup + j;
+        const uint16_t packed = w.scale[static_cast<size_t>(at)];
+        const float d = f16_to_f32(
+            w.super[static_cast<size_t>((g * supers + b / kQ4zSuperBlock) * kGroup + j)]);
+        const auto z = static_cast<int8_t>(packed >> 8);
+        scales[(gi * w.blocks + b) * kGroup + j] = d * static_cast<float>(packed & 0xff) * 0.125f;
+        int8_t* blk = values + ((gi * w.blocks + b) * kPairs * kGroup) * 2;
+        for (int64_t p = 0; p < kPairs; ++p)
+          for (int e = 0; e < 2; ++e) {
+            int8_t& v = blk[(p * kGroup + j) * 2 + e];
+            v = static_cast<int8_t>(8 * v + z);
+          }
+      }
+}
 
 // Groups [g0, g1) of a q4 or q5 matrix as an Int8Matrix of their own (byte i of the packed data
 // becomes int8 2i, its low nibble, and 2i + 1, its high nibble: Int8Matrix's order), then the
@@ -432,8 +594,12 @@ void widen_and_run(const KernelRange& range, const QuantRows& a, int64_t rows, c
         }
   }
   const uint16_t* ss = w.scale.data() + g0 * group_scales;
-  for (int64_t i = 0; i < n * group_scales; ++i)
-    chunk.scale[static_cast<size_t>(i)] = f16_to_f32(ss[i]);
+  if (w.super.empty()) {
+    for (int64_t i = 0; i < n * group_scales; ++i)
+      chunk.scale[static_cast<size_t>(i)] = f16_to_f32(ss[i]);
+  } else {
+    widen_q4z_zeros(w, g0, n, dst, chunk.scale.data());
+  }
   range(a, rows, chunk, y + g0 * kGroup, ldy, 0, n);
 }
 

@@ -436,6 +436,116 @@ TEST(StoredWeights, LowBitKernelsEqualTheInt8KernelsOnTheWidenedValues) {
     }
 }
 
+// A stored q4z row's value k and its block's scale d sc / 8, from the format's description:
+// t from the nibbles (two's complement), sc and z the block's two trailing bytes, d the F16
+// scale of its super-block of 8 blocks.
+struct Q4zValue {
+  int widened = 0;  // 8 t + z
+  float scale = 0.0f;
+};
+Q4zValue q4z_value(const uint8_t* row, const uint16_t* super, int64_t k) {
+  const uint8_t* blk = row + (k / 32) * 18;
+  const int64_t i = k % 32;
+  int t = i % 2 == 0 ? (blk[i / 2] & 0xf) : (blk[i / 2] >> 4);
+  if (t >= 8) t -= 16;
+  const int z = static_cast<int8_t>(blk[17]);
+  return {8 * t + z, f16_to_f32(super[k / 256]) * static_cast<float>(blk[16]) / 8.0f};
+}
+
+// q4z's rule on values whose answer is known: a block on a grid of 16 levels is stored exactly
+// (sc z chosen so that d sc / 8 (8 t + z) lands on each level); each super-block of 8 blocks has
+// its own d; a non-finite value or an overflowing d is refused.
+TEST(StoredWeights, Q4zRowRule) {
+  const int64_t n = 300;  // 10 blocks: super-blocks of 8 and 2 (the last block padded)
+  std::vector<float> v(n, 0.0f);
+  // 16 levels 1/64 apart, offset by 3/4 of a step from the grid through 0 (z = 6)
+  for (int64_t k = 0; k < 32; ++k) v[k] = (static_cast<float>(k % 16) - 8.0f + 0.75f) / 64.0f;
+  for (int64_t k = 256; k < n; ++k) v[k] = static_cast<float>((k * 7) % 23) - 11.0f;
+  std::vector<uint8_t> q(10 * 18, 0xee);
+  uint16_t d[2];
+  ASSERT_TRUE(quantize_row_q4z(v.data(), n, q.data(), d));
+  // super-block 0: the largest r is block 0's (15/64) / 15 (against (7.75/64) / 14)
+  EXPECT_EQ(d[0], f32_to_f16((15.0f / 64.0f) / 15.0f / 255.0f));
+  EXPECT_EQ(static_cast<int8_t>(q[17]), 6);
+  for (int64_t k = 0; k < 32; ++k) {
+    const Q4zValue w = q4z_value(q.data(), d, k);
+    EXPECT_NEAR(w.scale * static_cast<float>(w.widened), v[k], 0.02f / 64.0f) << k;
+    EXPECT_GE(w.widened, -127);
+    EXPECT_LE(w.widened, 127);
+  }
+  for (int64_t k = 32; k < 256; ++k)  // zero blocks: small values, at most half a step off
+    EXPECT_LE(std::fabs(q4z_value(q.data(), d, k).scale * q4z_value(q.data(), d, k).widened),
+              q4z_value(q.data(), d, k).scale * 4.0f + 1e-12f)
+        << k;
+  // super-block 1: values -11..11 over 23 levels, a step about 22 / 15
+  EXPECT_EQ(d[1], f32_to_f16(std::max(22.0f / 15.0f, 11.0f / 14.0f) / 255.0f));
+  for (int64_t k = 256; k < n; ++k) {
+    const Q4zValue w = q4z_value(q.data(), d, k);
+    EXPECT_LE(std::fabs(w.scale * static_cast<float>(w.widened) - v[k]), 0.8f) << k;
+  }
+  std::vector<float> bad(32, 1.0f);
+  bad[5] = NAN;
+  EXPECT_FALSE(quantize_row_q4z(bad.data(), 32, q.data(), d));
+  bad[5] = INFINITY;
+  EXPECT_FALSE(quantize_row_q4z(bad.data(), 32, q.data(), d));
+  std::vector<float> huge(32, 0.0f);
+  huge[0] = 3e7f;  // r = 3e7 / 14, / 255 = 8400: fits
+  EXPECT_TRUE(quantize_row_q4z(huge.data(), 32, q.data(), d));
+  huge[1] = -3e9f;  // r = 3e9 / 15 / 255: overflows F16
+  EXPECT_FALSE(quantize_row_q4z(huge.data(), 32, q.data(), d));
+}
+
+// Stored q4z rows, and the same values as q8 rows (8 t + z at scale d sc / 8, exact in FP32).
+struct Q4zCase {
+  Int4Matrix low;
+  Int8Matrix as_q8;
+};
+Q4zCase q4z_case(const Problem& p) {
+  const int64_t blocks = (p.k + 31) / 32, supers = (blocks + 7) / 8;
+  std::vector<uint8_t> q(static_cast<size_t>(p.n * blocks * 18));
+  std::vector<uint16_t> d(static_cast<size_t>(p.n * supers));
+  std::vector<int8_t> q8(static_cast<size_t>(p.n * blocks * 32));
+  std::vector<float> s8(static_cast<size_t>(p.n * blocks));
+  for (int64_t r = 0; r < p.n; ++r) {
+    uint8_t* row = q.data() + r * blocks * 18;
+    const uint16_t* dr = d.data() + r * supers;
+    EXPECT_TRUE(quantize_row_q4z(row_of(p, r).data(), p.k, row, d.data() + r * supers));
+    for (int64_t t = 0; t < blocks * 32; ++t) {
+      const Q4zValue w = q4z_value(row, dr, t);
+      q8[static_cast<size_t>(r * blocks * 32 + t)] = static_cast<int8_t>(w.widened);
+      s8[static_cast<size_t>(r * blocks + t / 32)] = w.scale;
+    }
+  }
+  return {pack_q4z_rows(q.data(), d.data(), p.n, p.k, 2),
+          pack_q8_rows(q8.data(), s8.data(), p.n, p.k, 2)};
+}
+
+TEST(StoredWeights, Q4zKernelsEqualTheInt8KernelsOnTheWidenedValues) {
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                         {5, 33, 15},
+                         {13, 256, 70},
+                         {23, 700, 53},
+                         {3, 9000, 70}}) {
+    Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
+    const Q4zCase c = q4z_case(p);
+    for (ActivationWidth width : {ActivationWidth::k16Bit, ActivationWidth::k8Bit}) {
+      std::vector<float> ref(static_cast<size_t>(m * n));
+      gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, c.as_q8, ref.data(), n, 1, width);
+      for (Int8Kernel kern : int8_kernels()) {
+        if (!int8_kernel_supported(kern)) continue;
+        if (int8_kernel_reads_bytes(kern) && width != ActivationWidth::k8Bit) continue;
+        for (size_t threads : {1, 2, 3}) {
+          std::vector<float> y(static_cast<size_t>(m * n), NAN);
+          gemm_int4_kernel(kern, p.x.data(), m, k, c.low, y.data(), n, threads, width);
+          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+              << "q4z " << int8_kernel_name(kern) << " threads=" << threads << " " << m << "x" << k
+              << "x" << n << (width == ActivationWidth::k8Bit ? " 8-bit" : " 16-bit");
+        }
+      }
+    }
+  }
+}
+
 TEST(StoredWeights, LowBitCloseToUnquantizedProduct) {
   Problem p = gemm_test::make_normal(9, 1024, 70, 21);
   std::vector<float> y(static_cast<size_t>(p.m * p.n));
@@ -450,6 +560,12 @@ TEST(StoredWeights, LowBitCloseToUnquantizedProduct) {
   const double e5 = relative_rms_error(p, y);  // half the step: about half the error
   EXPECT_GT(e5, 0.4 * e4);
   EXPECT_LT(e5, 0.6 * e4);
+  // q4z: a fitted step and zero per block (4.56 bits): on normal weights at least 8% less error
+  // than q4's rule (numpy, 40,000 blocks: 12%), more than q5's.
+  gemm_int4_kernel(best_int8_kernel(), p.x.data(), p.m, p.k, q4z_case(p).low, y.data(), p.n, 2);
+  const double ez = relative_rms_error(p, y);
+  EXPECT_LT(ez, 0.92 * e4);
+  EXPECT_GT(ez, e5);
 }
 
 }  // namespace
