@@ -285,16 +285,27 @@ namespace {
 
 constexpr int kQ4zZeroMax = 63;  // |z|: 8 * [-8, 7] + z stays within the int8 rule's [-127, 127]
 
+// nearbyint(x) in round-to-nearest-even for |x| < 2^22 (x + 1.5 * 2^23 has a unit last place),
+// without the library call; only the sign of a zero result may differ, which no use here sees.
+inline float round_even_small(float x) {
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
+  return (x + kShift) - kShift;
+}
+
 // The q4z values of one zero-padded block v at step s = d * sc (exact) and zero z: t[k] (the
-// stored 4-bit value) and the block's squared error, summed in k's order.
+// stored 4-bit value) and the block's squared error, summed in k's order. |v[k] / s| <= 14 * 255
+// * 2 (r >= |v| / 14, and d >= (max r / 255) / 2 even where it is an F16 subnormal), so the
+// rounding's argument is far below 2^22.
 float q4z_fit(const float* v, float d, float sc, float z, float* t) {
   const float s = d * sc, step = s * 0.125f, zf = z * 0.125f;
-  float err = 0.0f;
+  float sq[kQuantBlock];
   for (int64_t k = 0; k < kQuantBlock; ++k) {
-    t[k] = std::min(7.0f, std::max(-8.0f, std::nearbyint(v[k] / s - zf)));
+    t[k] = std::min(7.0f, std::max(-8.0f, round_even_small(v[k] / s - zf)));
     const float e = v[k] - step * (8.0f * t[k] + z);
-    err = err + e * e;
+    sq[k] = e * e;
   }
+  float err = 0.0f;
+  for (int64_t k = 0; k < kQuantBlock; ++k) err = err + sq[k];
   return err;
 }
 
