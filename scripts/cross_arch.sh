@@ -99,7 +99,7 @@ run_all() {
         KEV_ISA="$isa" "$kev" score --bundle "$weights" --precision "$p" --decimals -1 \
           --state-dir "$out/states-$p" <"$work/score.json" | drop_latency >"$out/score-$p.json"
       done
-      # A quantized bundle (kev quantize, q4 with its q8 rows) and its answers.
+      # A quantized bundle (kev quantize's default format, q4z with its q8 rows) and its answers.
       KEV_ISA="$isa" "$kev" quantize --quiet --bundle "$weights" --out "$out/bundle-q4" >/dev/null
       KEV_ISA="$isa" "$kev" score --bundle "$out/bundle-q4" --precision int8 --decimals -1 \
         <"$work/score.json" | drop_latency >"$out/score-q4.json"

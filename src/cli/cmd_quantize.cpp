@@ -1,4 +1,4 @@
-// kev quantize --bundle DIR --out DIR [--format q4|q4z|q8] [--q8-layers N] [--q5-layers N]
+// kev quantize --bundle DIR --out DIR [--format q4z|q4|q8] [--q8-layers N] [--q5-layers N]
 //   [--q8 SPEC --q4 SPEC [--q5 SPEC] [--q4z SPEC]]
 #include <nlohmann/json.hpp>
 
@@ -62,20 +62,22 @@ const bool quantize_registered = kev::cli::register_command(
       app.add_option("--out", o->q.out_dir, "new bundle directory (must not exist)")
           ->check(kev::cli::path())
           ->required();
-      app.add_option("--format", o->q.format,
-                     "q4 (about 4.5 bits per weight, 8 bits where sensitive), q4z (q4's selection "
-                     "with a fitted step and zero per block: less error, 1.4% more bytes) or q8")
-          ->check(kev::cli::one_of({"q4", "q4z", "q8"}))
-          ->default_str("q4");
+      app.add_option(
+             "--format", o->q.format,
+             "q4z (about 4.5 bits per weight with a fitted step and zero per block, 8 bits "
+             "where sensitive), q4 (the same selection by the earlier symmetric rule) or q8")
+          ->check(kev::cli::one_of({"q4z", "q4", "q8"}))
+          ->default_str("q4z");
       app.add_option("--q8", o->q8,
                      "projection rows stored at 8 bits, as class[@first-last],... or none "
                      "(default: the format's)");
-      app.add_option("--q4", o->q4, "projection rows stored at 4 bits (same syntax)");
+      app.add_option("--q4", o->q4,
+                     "projection rows stored at 4 bits by q4's rule (same syntax; it and --q4z "
+                     "replace the format's 4-bit rows)");
       app.add_option("--q5", o->q5, "projection rows stored at 5 bits (same syntax; default none)");
-      app.add_option(
-          "--q4z", o->q4z,
-          "projection rows stored as q4z, 4 bits with a fitted zero (same syntax; default "
-          "none, or format q4z's)");
+      app.add_option("--q4z", o->q4z,
+                     "projection rows stored as q4z, 4 bits with a fitted step and zero (same "
+                     "syntax)");
       app.add_option(
              "--q8-layers", o->q8_layers,
              "q4 / q4z only: the first N layers at 8 bits (default: a quarter of the layers, "

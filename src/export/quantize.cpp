@@ -279,9 +279,11 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
   QuantizeSummary sum;
   sum.out_dir = o.out_dir;
   sum.q8 = o.q8.value_or(d.q8);
-  sum.q4 = o.q4.value_or(d.q4);
   sum.q5 = o.q5.value_or(d.q5);
-  sum.q4z = o.q4z.value_or(d.q4z);
+  // --q4 and --q4z both replace the format's 4-bit rows, whichever rule the format stores them by.
+  const bool four = o.q4 || o.q4z;
+  sum.q4 = four ? o.q4.value_or("") : d.q4;
+  sum.q4z = four ? o.q4z.value_or("") : d.q4z;
   QuantSpecs specs;
   specs.q8 = sum.q8;
   specs.q5 = sum.q5;

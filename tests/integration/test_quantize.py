@@ -436,7 +436,7 @@ def quantized(source, tmp_path_factory):
 
 
 def q4_bundle(quantized):
-    return quantized("q4")
+    return quantized("q4", "--format", "q4")
 
 
 def q8_bundle(quantized):
@@ -543,7 +543,7 @@ def test_default_formats_match_the_oracle(source, quantized, fmt):
 
 @pytest.mark.parametrize("first", [0, 1])
 def test_q8_layers_moves_the_8_bit_layers(source, quantized, first):
-    out = quantized(f"q4-first{first}", "--q8-layers", str(first))
+    out = quantized(f"q4-first{first}", "--format", "q4", "--q8-layers", str(first))
     q8, q4 = default_sets("q4", source.layers, first)
     assert default_sets("q4", source.layers) != (q8, q4)  # not the default's selection
     plan, _ = check_bundle(source, out, q8, q4)
@@ -555,7 +555,8 @@ def test_q8_layers_moves_the_8_bit_layers(source, quantized, first):
 
 @pytest.mark.parametrize("first, five", [(1, 2), (0, 0)])
 def test_q5_layers_puts_layers_and_query_key_rows_at_5_bits(source, quantized, first, five):
-    out = quantized(f"q4-first{first}-five{five}", "--q8-layers", str(first), "--q5-layers", str(five))
+    out = quantized(f"q4-first{first}-five{five}", "--format", "q4", "--q8-layers", str(first), "--q5-layers",
+                    str(five))
     q8, q5, q4 = q5_layer_sets(source.layers, first, five)
     plan, _ = check_bundle(source, out, q8, q4, q5)
     q = source.cfg["linear_num_key_heads"] * source.cfg["linear_key_head_dim"]
@@ -650,7 +651,9 @@ def test_q4z_format_matches_the_oracle(source, quantized, decisions, first, five
         q8, q5, q4z = q5_layer_sets(source.layers, first, five)
     plan, reduced = check_bundle(source, out, q8, set(), q5, q4z)
     assert "q4z" in {k for rel in reduced for _, _, k in plan[rel]}
-    if first is None:
+    if first is None:  # q4z is kev quantize's default format
+        with open(os.path.join(out, MANIFEST)) as f, open(os.path.join(quantized("default"), MANIFEST)) as g:
+            assert json.load(f)["outputs"] == json.load(g)["outputs"]
         return
     want = score(out, decisions, "--threads", "1", env=level_env("portable"))
     best = levels()[-1]
@@ -711,14 +714,16 @@ def test_oracle_rules_on_edge_values():
 
 # ---- 2. the same bytes everywhere ----
 
-def test_bytes_do_not_depend_on_kernel_level_or_threads(source, quantized, tmp_path):
-    with open(os.path.join(q4_bundle(quantized), MANIFEST)) as f:
+@pytest.mark.parametrize("fmt", ["q4", "q4z"])
+def test_bytes_do_not_depend_on_kernel_level_or_threads(source, quantized, tmp_path, fmt):
+    made = q4_bundle(quantized) if fmt == "q4" else quantized("q4z-None-None", "--format", "q4z")
+    with open(os.path.join(made, MANIFEST)) as f:
         want = json.load(f)["outputs"]
     variants = [("portable", dict(NO_CAP, KEV_ISA="portable"), ()), ("threads1", None, ("--threads", "1")),
                 ("threads3", None, ("--threads", "3"))]
     for name, env, extra in variants:
         out = str(tmp_path / name)
-        run_kev("quantize", "--bundle", source.bundle, "--out", out, "--quiet", *extra, env=env)
+        run_kev("quantize", "--bundle", source.bundle, "--out", out, "--quiet", "--format", fmt, *extra, env=env)
         with open(os.path.join(out, MANIFEST)) as f:
             assert json.load(f)["outputs"] == want, name
 

@@ -21,10 +21,12 @@ namespace kev {
 
 struct QuantizeOptions {
   std::string bundle, out_dir;
-  std::string format = "q4";          // "q8", "q4" or "q4z": the defaults below
+  std::string format = "q4z";         // "q8", "q4" or "q4z": the defaults below
   std::optional<std::string> q8, q4;  // quant_plan.h specs replacing the format's defaults
   std::optional<std::string> q5;      // rows at 5 bits (no format has any by default)
   std::optional<std::string> q4z;     // rows as q4z (format q4z's 4-bit rows)
+  // q8 replaces the format's 8-bit rows, q5 its 5-bit ones, q4 or q4z (either or both) its 4-bit
+  // ones.
   // q4 / q4z only, without the specs: the first this many layers at 8 bits instead of a quarter,
   // and that many after them at 5 bits (the GDN query and key rows after those at 5 bits too).
   std::optional<int64_t> q8_layers, q5_layers;
