@@ -6,7 +6,7 @@ Usage:
       [--peer Q8_0,Q4_K_M] [--json OUT]
 
 Synthesizes (once, under WORK) a checkpoint of the shape's dimensions, pins and exports it, makes
-the q8 and q4 bundles with `kev quantize` (and one per --variant: kev quantize's arguments
+the q8, q4z (the default format) and q4 bundles with `kev quantize` (and one per --variant: kev quantize's arguments
 as shell words, for selection studies), scores the same >= --questions generated questions
 (tests/oracle/precision_parity.py) with the exact bundle in fp32 and with every quantized bundle
 (and the exact bundle in int8, today's load-time mode) through `kev score`, and prints per bundle:
@@ -143,7 +143,7 @@ def main():
                     help="NAME=ARGS: another bundle made by kev quantize ARGS (shell words)")
     ap.add_argument("--no-int8", action="store_true", help="skip the exact bundle in int8 mode")
     ap.add_argument("--variants-only", action="store_true",
-                    help="skip the q8 and q4 format bundles: only the exact bundle and the --variant ones")
+                    help="skip the q8, q4z and q4 format bundles: only the exact bundle and the --variant ones")
     ap.add_argument("--peer", help="also llama.cpp's weights of these GGUF types (e.g. Q8_0,Q4_K_M), "
                     "scored in fp32 (bench/llama_peer/dequantize.py)")
     ap.add_argument("--llama-cache", default=os.path.expanduser("~/.cache/kev-bench"),
@@ -163,6 +163,7 @@ def main():
         runs["int8 (load-time)"] = (bundle, "int8")
     if not a.variants_only:
         runs["q8"] = (quantized(kev, bundle, work, "q8", ["--format", "q8"]), "int8")
+        runs["q4z"] = (quantized(kev, bundle, work, "q4z", ["--format", "q4z"]), "int8")
         runs["q4"] = (quantized(kev, bundle, work, "q4", ["--format", "q4"]), "int8")
     for v in a.variant:
         name, _, args = v.partition("=")

@@ -5,7 +5,7 @@
 # same synthetic checkpoint (bundle bytes: the LoRA merge), runs `kev forward` on fixed token
 # rows (hidden states: the model GEMMs and vector kernels; fp32 with both GDN forms, int8, w8a8,
 # bf16) and `kev score` on fixed requests (answers and probabilities: the pointer head, fp32 and
-# int8; with --state-dir, so the saved state files it writes are compared too), and makes a q4
+# int8; with --state-dir, so the saved state files it writes are compared too), and makes a q4z
 # bundle with `kev quantize` and scores it in int8 and w8a8, and one with q8, q5, q4 and q4z rows
 # scored in int8 (the quantized bundles' bytes and their answers).
 # Within a binary every level must give the same bytes as its first level, in every output,
@@ -204,6 +204,6 @@ done
 if [ "$status" = 0 ]; then
   what="every level of $(basename "$kev_a")" checked="bundles, quantized bundles"
   [ -z "$kev_b" ] || what="every level of both binaries" checked="synth checkpoints, bundles, quantized bundles"
-  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, w8a8, bf16), scores (q4 bundle included, int8 and w8a8; the q8+q5+q4+q4z bundle in int8) and saved state files" >&2
+  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, w8a8, bf16), scores (the default q4z bundle included, int8 and w8a8; the q8+q5+q4+q4z bundle in int8) and saved state files" >&2
 fi
 exit "$status"
