@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gemm_problem.h"
@@ -407,32 +408,38 @@ LowBitCase low_bit_case(const Problem& p, int bits) {
 }
 
 // Every kernel, at each activation width it runs (the byte kernels: 8-bit only), for q4 and q5.
+// Every kernel, at each activation width it runs (the byte kernels: 8-bit only) and on 1-3
+// threads, gives on a stored low-bit matrix the bits the portable int8 kernel gives on its widened
+// values.
+void expect_widened_bits(const Problem& p, const Int4Matrix& low, const Int8Matrix& as_q8,
+                         const char* what) {
+  const int64_t m = p.m, k = p.k, n = p.n;
+  for (ActivationWidth width : {ActivationWidth::k16Bit, ActivationWidth::k8Bit}) {
+    std::vector<float> ref(static_cast<size_t>(m * n));
+    gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, as_q8, ref.data(), n, 1, width);
+    for (Int8Kernel kern : int8_kernels()) {
+      if (!int8_kernel_supported(kern)) continue;
+      if (int8_kernel_reads_bytes(kern) && width != ActivationWidth::k8Bit) continue;
+      for (size_t threads : {1, 2, 3}) {
+        std::vector<float> y(static_cast<size_t>(m * n), NAN);
+        gemm_int4_kernel(kern, p.x.data(), m, k, low, y.data(), n, threads, width);
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+            << what << " " << int8_kernel_name(kern) << " threads=" << threads << " " << m << "x"
+            << k << "x" << n << (width == ActivationWidth::k8Bit ? " 8-bit" : " 16-bit");
+      }
+    }
+  }
+}
+
+constexpr std::tuple<int64_t, int64_t, int64_t> kLowBitShapes[] = {
+    {1, 1, 1}, {5, 33, 15}, {7, 95, 33}, {13, 256, 70}, {23, 700, 53}, {3, 9000, 70}};
+
 TEST(StoredWeights, LowBitKernelsEqualTheInt8KernelsOnTheWidenedValues) {
   for (int bits : {4, 5})
-    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
-                           {5, 33, 15},
-                           {7, 95, 33},
-                           {13, 256, 70},
-                           {23, 700, 53},
-                           {3, 9000, 70}}) {
+    for (auto [m, k, n] : kLowBitShapes) {
       Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
       const LowBitCase c = low_bit_case(p, bits);
-      for (ActivationWidth width : {ActivationWidth::k16Bit, ActivationWidth::k8Bit}) {
-        std::vector<float> ref(static_cast<size_t>(m * n));
-        gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, c.as_q8, ref.data(), n, 1, width);
-        for (Int8Kernel kern : int8_kernels()) {
-          if (!int8_kernel_supported(kern)) continue;
-          if (int8_kernel_reads_bytes(kern) && width != ActivationWidth::k8Bit) continue;
-          for (size_t threads : {1, 2, 3}) {
-            std::vector<float> y(static_cast<size_t>(m * n), NAN);
-            gemm_int4_kernel(kern, p.x.data(), m, k, c.low, y.data(), n, threads, width);
-            ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
-                << "q" << bits << " " << int8_kernel_name(kern) << " threads=" << threads << " "
-                << m << "x" << k << "x" << n
-                << (width == ActivationWidth::k8Bit ? " 8-bit" : " 16-bit");
-          }
-        }
-      }
+      expect_widened_bits(p, c.low, c.as_q8, bits == 5 ? "q5" : "q4");
     }
 }
 
@@ -521,28 +528,10 @@ Q4zCase q4z_case(const Problem& p) {
 }
 
 TEST(StoredWeights, Q4zKernelsEqualTheInt8KernelsOnTheWidenedValues) {
-  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
-                         {5, 33, 15},
-                         {13, 256, 70},
-                         {23, 700, 53},
-                         {3, 9000, 70}}) {
+  for (auto [m, k, n] : kLowBitShapes) {
     Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
     const Q4zCase c = q4z_case(p);
-    for (ActivationWidth width : {ActivationWidth::k16Bit, ActivationWidth::k8Bit}) {
-      std::vector<float> ref(static_cast<size_t>(m * n));
-      gemm_int8_kernel(kPortableInt8Kernel, p.x.data(), m, k, c.as_q8, ref.data(), n, 1, width);
-      for (Int8Kernel kern : int8_kernels()) {
-        if (!int8_kernel_supported(kern)) continue;
-        if (int8_kernel_reads_bytes(kern) && width != ActivationWidth::k8Bit) continue;
-        for (size_t threads : {1, 2, 3}) {
-          std::vector<float> y(static_cast<size_t>(m * n), NAN);
-          gemm_int4_kernel(kern, p.x.data(), m, k, c.low, y.data(), n, threads, width);
-          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
-              << "q4z " << int8_kernel_name(kern) << " threads=" << threads << " " << m << "x" << k
-              << "x" << n << (width == ActivationWidth::k8Bit ? " 8-bit" : " 16-bit");
-        }
-      }
-    }
+    expect_widened_bits(p, c.low, c.as_q8, "q4z");
   }
 }
 
