@@ -55,18 +55,6 @@ struct Planned {
   const ProjectionPlan* plan = nullptr;  // null: copied byte for byte
 };
 
-// Bytes per 32-value block of a q4, q5 or q4z part (gemm_int8.h).
-int64_t low_bit_block_bytes(WeightKind k) {
-  return k == WeightKind::kQ5    ? kQuantBlock / 2 + 4
-         : k == WeightKind::kQ4z ? kQ4zBlockBytes
-                                 : kQuantBlock / 2;
-}
-
-// F16 scales per row of a q4, q5 (one per block) or q4z (one per super-block) part.
-int64_t low_bit_scales(WeightKind k, int64_t blocks) {
-  return k == WeightKind::kQ4z ? (blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock : blocks;
-}
-
 std::string part_name(const std::string& tensor, const RowPart& r) {
   return fmt::format("{}@{}-{}.{}", tensor, r.row0, r.row1, weight_kind_name(r.kind));
 }
@@ -89,8 +77,9 @@ std::vector<TensorSpec> specs_of(const std::vector<Planned>& planned) {
         specs.push_back({name, DType::kI8, {n, blocks * kQuantBlock}});
         specs.push_back({name + ".scale", DType::kF32, {n, blocks}});
       } else {
-        specs.push_back({name, DType::kU8, {n, blocks * low_bit_block_bytes(r.kind)}});
-        specs.push_back({name + ".scale", DType::kF16, {n, low_bit_scales(r.kind, blocks)}});
+        const StoredLayout l = stored_layout(r.kind, blocks);
+        specs.push_back({name, DType::kU8, {n, blocks * l.block_bytes}});
+        specs.push_back({name + ".scale", DType::kF16, {n, l.scales}});
       }
     }
   }
@@ -103,8 +92,9 @@ void write_quantized(SafetensorsWriter& out, const uint8_t* bf16, int64_t cols, 
                      const std::string& tensor, size_t threads) {
   const int64_t blocks = blocks_of(cols), n = r.row1 - r.row0;
   const bool q8 = r.kind == WeightKind::kQ8;
-  const int64_t row_bytes = q8 ? blocks * kQuantBlock : blocks * low_bit_block_bytes(r.kind);
-  const int64_t scale_bytes = q8 ? 4 : 2, row_scales = q8 ? blocks : low_bit_scales(r.kind, blocks);
+  const StoredLayout layout = stored_layout(r.kind, blocks);
+  const int64_t row_bytes = blocks * layout.block_bytes;
+  const int64_t scale_bytes = layout.scale_bytes, row_scales = layout.scales;
   std::vector<uint8_t> values(static_cast<size_t>(std::min(n, kRowsPerChunk) * row_bytes));
   std::vector<uint8_t> scales(static_cast<size_t>(n * row_scales * scale_bytes));
   for (int64_t c0 = 0; c0 < n; c0 += kRowsPerChunk) {

@@ -69,22 +69,20 @@ std::vector<ReducedPart> stored_parts(const ModelWeights& w, const Bf16Matrix& m
     const int64_t n = s.rows.row1 - s.rows.row0;
     if (s.rows.kind == WeightKind::kExact) {
       p.exact = Bf16Matrix{reinterpret_cast<const uint16_t*>(s.q), n, m.cols};
-    } else if (s.rows.kind == WeightKind::kQ8) {
-      p.q8 = pack_q8_rows(s.q, s.scale, n, m.cols, threads);
-      w.release_bytes(s.q, static_cast<size_t>(n * blocks * kQuantBlock));
-      w.release_bytes(s.scale, static_cast<size_t>(n * blocks) * 4);
-    } else if (s.rows.kind == WeightKind::kQ4z) {
-      p.q4 = pack_q4z_rows(s.q, s.scale, n, m.cols, threads);
-      const int64_t supers = (blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock;
-      w.release_bytes(s.q, static_cast<size_t>(n * blocks * kQ4zBlockBytes));
-      w.release_bytes(s.scale, static_cast<size_t>(n * supers) * 2);
-    } else {
-      const bool q5 = s.rows.kind == WeightKind::kQ5;
-      p.q4 = q5 ? pack_q5_rows(s.q, s.scale, n, m.cols, threads)
-                : pack_q4_rows(s.q, s.scale, n, m.cols, threads);
-      w.release_bytes(s.q, static_cast<size_t>(n * blocks * (q5 ? 20 : kQuantBlock / 2)));
-      w.release_bytes(s.scale, static_cast<size_t>(n * blocks) * 2);
+      parts.push_back(std::move(p));
+      continue;
     }
+    if (s.rows.kind == WeightKind::kQ8)
+      p.q8 = pack_q8_rows(s.q, s.scale, n, m.cols, threads);
+    else if (s.rows.kind == WeightKind::kQ4z)
+      p.q4 = pack_q4z_rows(s.q, s.scale, n, m.cols, threads);
+    else if (s.rows.kind == WeightKind::kQ5)
+      p.q4 = pack_q5_rows(s.q, s.scale, n, m.cols, threads);
+    else
+      p.q4 = pack_q4_rows(s.q, s.scale, n, m.cols, threads);
+    const StoredLayout l = stored_layout(s.rows.kind, blocks);
+    w.release_bytes(s.q, static_cast<size_t>(n * blocks * l.block_bytes));
+    w.release_bytes(s.scale, static_cast<size_t>(n * l.scales * l.scale_bytes));
     parts.push_back(std::move(p));
   }
   return parts;

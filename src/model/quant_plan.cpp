@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kev/core/error.h"
+#include "kev/cpu/matrix.h"
 
 namespace kev {
 namespace {
@@ -83,6 +84,21 @@ const char* weight_kind_name(WeightKind k) {
       return "q4z";
     default:
       return "bf16";
+  }
+}
+
+StoredLayout stored_layout(WeightKind k, int64_t blocks) {
+  switch (k) {
+    case WeightKind::kQ8:
+      return {kQuantBlock, blocks, 4};
+    case WeightKind::kQ4:
+      return {kQuantBlock / 2, blocks, 2};
+    case WeightKind::kQ5:
+      return {kQuantBlock / 2 + 4, blocks, 2};
+    case WeightKind::kQ4z:
+      return {kQ4zBlockBytes, (blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock, 2};
+    default:
+      fail(ErrorKind::kInternal, "stored_layout: {} is not a quantized kind", weight_kind_name(k));
   }
 }
 

@@ -165,18 +165,14 @@ class Binder {
                          : k == "q4" ? WeightKind::kQ4
                          : k == "q5" ? WeightKind::kQ5
                                      : WeightKind::kQ4z;
-        const int64_t block_bytes = k == "q8"   ? kQuantBlock
-                                    : k == "q4" ? 16
-                                    : k == "q5" ? 20
-                                                : kQ4zBlockBytes;
-        const int64_t scales = k == "q4z" ? (blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock : blocks;
-        expect(*f, *t, k == "q8" ? DType::kI8 : DType::kU8, {n, blocks * block_bytes});
+        const StoredLayout layout = stored_layout(part.rows.kind, blocks);
+        expect(*f, *t, k == "q8" ? DType::kI8 : DType::kU8, {n, blocks * layout.block_bytes});
         auto sc = cat_.by_name.find(it->first + ".scale");
         if (sc == cat_.by_name.end())
           fail(ErrorKind::kBadInput, "{}: tensor '{}' has no '{}.scale'", f->path(), t->name,
                t->name);
         expect(*sc->second.file, *sc->second.info, k == "q8" ? DType::kF32 : DType::kF16,
-               {n, scales});
+               {n, layout.scales});
         part.scale = sc->second.file->data(*sc->second.info);
         used_.insert(sc->first);
       } else {
@@ -329,11 +325,10 @@ std::string ModelWeights::stored_kinds() const {
     for (const StoredPart& p : parts)
       for (int i = 0; i < 4; ++i) has[i] = has[i] || p.rows.kind == order[i];
   std::string kinds;
-  const char* names[] = {"q4", "q4z", "q5", "q8"};
   for (int i = 0; i < 4; ++i)
     if (has[i]) {
       if (!kinds.empty()) kinds += '+';
-      kinds += names[i];
+      kinds += weight_kind_name(order[i]);
     }
   return !kinds.empty() ? kinds : quantized() ? "bf16" : "";
 }

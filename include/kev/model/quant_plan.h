@@ -24,6 +24,14 @@ namespace kev {
 enum class WeightKind { kExact, kQ8, kQ4, kQ5, kQ4z };
 const char* weight_kind_name(WeightKind k);  // "bf16", "q8", "q4", "q5", "q4z"
 
+// How a quantized kind stores a row of `blocks` 32-value blocks (docs/bundle-format.md): bytes
+// of values per block, scales per row (one per block; q4z one per 8 blocks) and bytes per scale
+// (F32 for q8, F16 otherwise). The one home of these sizes for the writer, loader and packer.
+struct StoredLayout {
+  int64_t block_bytes = 0, scales = 0, scale_bytes = 0;
+};
+StoredLayout stored_layout(WeightKind k, int64_t blocks);  // k must not be kExact
+
 struct RowPart {
   int64_t row0 = 0, row1 = 0;
   WeightKind kind = WeightKind::kExact;
