@@ -6,7 +6,7 @@
 # rows (hidden states: the model GEMMs and vector kernels; fp32 with both GDN forms, int8, w8a8,
 # bf16) and `kev score` on fixed requests (answers and probabilities: the pointer head, fp32 and
 # int8; with --state-dir, so the saved state files it writes are compared too), and makes a q4z
-# bundle with `kev quantize` and scores it in int8 and w8a8, and one with q8, q5, q4 and q4z rows
+# bundle with `kev quantize` and scores it in int8 and w8a8, and one with q8, q5, q5z, q4 and q4z rows
 # scored in int8 (the quantized bundles' bytes and their answers).
 # Within a binary every level must give the same bytes as its first level, in every output,
 # and across the binaries every output must be byte-identical too: bundles, hidden states and
@@ -105,9 +105,9 @@ run_all() {
         <"$work/score.json" | drop_latency >"$out/score-q4.json"
       KEV_ISA="$isa" "$kev" score --bundle "$out/bundle-q4" --precision w8a8 --decimals -1 \
         <"$work/score.json" | drop_latency >"$out/score-q4-w8a8.json"
-      # One with all four stored kinds (q8, q5, q4, q4z) and its answers.
+      # One with all five stored kinds (q8, q5, q5z, q4, q4z) and its answers.
       KEV_ISA="$isa" "$kev" quantize --quiet --bundle "$weights" --out "$out/bundle-q5" \
-        --q8 gdn_q,gdn_k --q5 attn_q,attn_k,attn_v,attn_o,mlp_down \
+        --q8 gdn_q,gdn_k --q5 attn_q,attn_k,attn_v --q5z attn_o,mlp_down \
         --q4 gdn_v,gdn_z,gdn_out --q4z mlp_gate,mlp_up >/dev/null
       KEV_ISA="$isa" "$kev" score --bundle "$out/bundle-q5" --precision int8 --decimals -1 \
         <"$work/score.json" | drop_latency >"$out/score-q5.json"
@@ -204,6 +204,6 @@ done
 if [ "$status" = 0 ]; then
   what="every level of $(basename "$kev_a")" checked="bundles, quantized bundles"
   [ -z "$kev_b" ] || what="every level of both binaries" checked="synth checkpoints, bundles, quantized bundles"
-  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, w8a8, bf16), scores (the default q4z bundle included, int8 and w8a8; the q8+q5+q4+q4z bundle in int8) and saved state files" >&2
+  echo "cross_arch: $what gives identical bytes (models: ${models[*]}): $checked, hidden states (fp32 both GDN forms, int8, w8a8, bf16), scores (the default q4z bundle included, int8 and w8a8; the q8+q5+q5z+q4+q4z bundle in int8) and saved state files" >&2
 fi
 exit "$status"

@@ -122,18 +122,20 @@ void write_quantized(SafetensorsWriter& out, const uint8_t* bf16, int64_t cols, 
             const bool fits =
                 r.kind == WeightKind::kQ5    ? quantize_row_q5(v.data(), cols, q, sc.data())
                 : r.kind == WeightKind::kQ4z ? quantize_row_q4z(v.data(), cols, q, sc.data())
+                : r.kind == WeightKind::kQ5z ? quantize_row_q5z(v.data(), cols, q, sc.data())
                                              : quantize_row_q4(v.data(), cols, q, sc.data());
             if (!fits) overflow[i] = row;
             std::memcpy(s, sc.data(), sc.size() * 2);
           }
         },
         threads);
+    const bool fitted = r.kind == WeightKind::kQ4z || r.kind == WeightKind::kQ5z;
     for (int64_t row : overflow)
-      if (row >= 0 && r.kind == WeightKind::kQ4z)
+      if (row >= 0 && fitted)
         fail(ErrorKind::kBadInput,
-             "{}: row {} has a non-finite value or a super-block whose q4z scale (range / 255) "
-             "overflows F16; store it as q8 or bf16 (--q8 / --q4z)",
-             tensor, r.row0 + row);
+             "{}: row {} has a non-finite value or a super-block whose {} scale (range / 255) "
+             "overflows F16; store it as q8 or bf16 (--q8 / --{})",
+             tensor, r.row0 + row, weight_kind_name(r.kind), weight_kind_name(r.kind));
       else if (row >= 0)
         fail(ErrorKind::kBadInput,
              "{}: row {} has a block whose {} scale (|max| / {}) overflows F16; store it as q8 "
@@ -200,11 +202,13 @@ QuantDefaults quantize_defaults(const std::string& format, int64_t layers,
     if (n && (*n < 0 || *n > layers))
       fail(ErrorKind::kBadInput, "{} {}: the model has {} layers", flag, *n, layers);
   }
-  if (format == "q8") return {int8_default_spec(layers), "", "", ""};
+  if (format == "q8") return {int8_default_spec(layers), "", "", "", ""};
   if (format == "q4z") {
     QuantDefaults d = quantize_defaults("q4", layers, q8_layers, q5_layers);
     d.q4z = std::move(d.q4);
     d.q4.clear();
+    d.q5z = std::move(d.q5);
+    d.q5.clear();
     return d;
   }
   if (format == "q4") {
@@ -260,25 +264,28 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
   if (weights->quantized())
     fail(ErrorKind::kBadInput, "{} already stores projections quantized", o.bundle);
   const int64_t layers = weights->config().layers;
-  if ((o.q8_layers || o.q5_layers) && (o.q8 || o.q4 || o.q5 || o.q4z))
+  if ((o.q8_layers || o.q5_layers) && (o.q8 || o.q4 || o.q5 || o.q4z || o.q5z))
     fail(ErrorKind::kBadInput,
-         "{} sets the q4 format's default selection, which --q8 / --q4 / --q5 / --q4z replace: "
-         "give one or the other",
+         "{} sets the q4 format's default selection, which --q8 / --q4 / --q5 / --q4z / --q5z "
+         "replace: give one or the other",
          o.q8_layers ? "--q8-layers" : "--q5-layers");
   const QuantDefaults d = quantize_defaults(o.format, layers, o.q8_layers, o.q5_layers);
   QuantizeSummary sum;
   sum.out_dir = o.out_dir;
   sum.q8 = o.q8.value_or(d.q8);
-  sum.q5 = o.q5.value_or(d.q5);
-  // --q4 and --q4z both replace the format's 4-bit rows, whichever rule the format stores them by.
-  const bool four = o.q4 || o.q4z;
+  // --q4 and --q4z both replace the format's 4-bit rows, whichever rule the format stores them
+  // by; --q5 and --q5z its 5-bit ones.
+  const bool four = o.q4 || o.q4z, five = o.q5 || o.q5z;
   sum.q4 = four ? o.q4.value_or("") : d.q4;
   sum.q4z = four ? o.q4z.value_or("") : d.q4z;
+  sum.q5 = five ? o.q5.value_or("") : d.q5;
+  sum.q5z = five ? o.q5z.value_or("") : d.q5z;
   QuantSpecs specs;
   specs.q8 = sum.q8;
   specs.q5 = sum.q5;
   specs.q4 = sum.q4;
   specs.q4z = sum.q4z;
+  specs.q5z = sum.q5z;
   const std::vector<ProjectionPlan> plans = quantization_plan(weights->config(), specs);
   std::map<std::string, const ProjectionPlan*> by_tensor;
   for (const ProjectionPlan& p : plans)
@@ -289,10 +296,11 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
                            [](const RowPart& r) { return r.kind != WeightKind::kExact; });
       }))
     fail(ErrorKind::kBadInput,
-         "--q8 '{}', --q5 '{}', --q4 '{}' and --q4z '{}' reduce no projection of {}; nothing to "
-         "do",
+         "--q8 '{}', --q5 '{}', --q4 '{}', --q4z '{}' and --q5z '{}' reduce no projection of "
+         "{}; nothing to do",
          sum.q8.empty() ? "none" : sum.q8, sum.q5.empty() ? "none" : sum.q5,
-         sum.q4.empty() ? "none" : sum.q4, sum.q4z.empty() ? "none" : sum.q4z, o.bundle);
+         sum.q4.empty() ? "none" : sum.q4, sum.q4z.empty() ? "none" : sum.q4z,
+         sum.q5z.empty() ? "none" : sum.q5z, o.bundle);
   StagingDir staging(o.out_dir);
   std::map<std::string, std::string> outputs;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
@@ -354,6 +362,7 @@ QuantizeSummary run_quantize(const QuantizeOptions& o) {
   // Recorded only where given, so that the manifests of q8 / q4 bundles stay what they were.
   if (!sum.q5.empty()) doc["quantized"]["q5"] = sum.q5;
   if (!sum.q4z.empty()) doc["quantized"]["q4z"] = sum.q4z;
+  if (!sum.q5z.empty()) doc["quantized"]["q5z"] = sum.q5z;
   write_file_synced(staging.file(kManifestFile), doc.dump(2) + "\n");
   check_interrupted();
   check_unchanged();

@@ -76,6 +76,8 @@ std::vector<ReducedPart> stored_parts(const ModelWeights& w, const Bf16Matrix& m
       p.q8 = pack_q8_rows(s.q, s.scale, n, m.cols, threads);
     else if (s.rows.kind == WeightKind::kQ4z)
       p.q4 = pack_q4z_rows(s.q, s.scale, n, m.cols, threads);
+    else if (s.rows.kind == WeightKind::kQ5z)
+      p.q4 = pack_q5z_rows(s.q, s.scale, n, m.cols, threads);
     else if (s.rows.kind == WeightKind::kQ5)
       p.q4 = pack_q5_rows(s.q, s.scale, n, m.cols, threads);
     else

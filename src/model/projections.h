@@ -26,7 +26,7 @@ struct ReducedPart {
   RowPart rows;
   Bf16Matrix exact;  // kExact: the part's BF16 rows
   Int8Matrix q8;     // kQ8
-  Int4Matrix q4;     // kQ4, kQ5 and kQ4z
+  Int4Matrix q4;     // kQ4, kQ5, kQ4z and kQ5z
 };
 struct Int8Weights {
   std::unordered_map<const Bf16Matrix*, std::vector<ReducedPart>> by_matrix;

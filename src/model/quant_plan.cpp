@@ -82,9 +82,18 @@ const char* weight_kind_name(WeightKind k) {
       return "q5";
     case WeightKind::kQ4z:
       return "q4z";
+    case WeightKind::kQ5z:
+      return "q5z";
     default:
       return "bf16";
   }
+}
+
+WeightKind quantized_kind_named(const std::string& name) {
+  for (WeightKind k :
+       {WeightKind::kQ8, WeightKind::kQ4, WeightKind::kQ5, WeightKind::kQ4z, WeightKind::kQ5z})
+    if (name == weight_kind_name(k)) return k;
+  return WeightKind::kExact;
 }
 
 StoredLayout stored_layout(WeightKind k, int64_t blocks) {
@@ -96,7 +105,9 @@ StoredLayout stored_layout(WeightKind k, int64_t blocks) {
     case WeightKind::kQ5:
       return {kQuantBlock / 2 + 4, blocks, 2};
     case WeightKind::kQ4z:
-      return {kQ4zBlockBytes, (blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock, 2};
+      return {kQ4zBlockBytes, (blocks + kFittedSuperBlock - 1) / kFittedSuperBlock, 2};
+    case WeightKind::kQ5z:
+      return {kQ5zBlockBytes, (blocks + kFittedSuperBlock - 1) / kFittedSuperBlock, 2};
     default:
       fail(ErrorKind::kInternal, "stored_layout: {} is not a quantized kind", weight_kind_name(k));
   }
@@ -134,6 +145,7 @@ std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantS
   const Selection q4 = parse_spec(specs.q4, c.layers, specs.q4_what);
   const Selection q5 = parse_spec(specs.q5, c.layers, specs.q5_what);
   const Selection q4z = parse_spec(specs.q4z, c.layers, specs.q4z_what);
+  const Selection q5z = parse_spec(specs.q5z, c.layers, specs.q5z_what);
   std::vector<ProjectionPlan> plans;
   // parts: (class, rows) in row order; consecutive rows of one kind form one part.
   auto add = [&](int64_t layer, std::string name, int64_t cols,
@@ -146,12 +158,13 @@ std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantS
       const std::pair<const Selection*, const std::string*> by_kind[] = {{&q8, &specs.q8_what},
                                                                          {&q5, &specs.q5_what},
                                                                          {&q4, &specs.q4_what},
-                                                                         {&q4z, &specs.q4z_what}};
+                                                                         {&q4z, &specs.q4z_what},
+                                                                         {&q5z, &specs.q5z_what}};
       const WeightKind kinds[] = {WeightKind::kQ8, WeightKind::kQ5, WeightKind::kQ4,
-                                  WeightKind::kQ4z};
+                                  WeightKind::kQ4z, WeightKind::kQ5z};
       WeightKind kind = WeightKind::kExact;
       const std::string* chosen = nullptr;
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < 5; ++i) {
         if (!by_kind[i].first->has(layer, cls)) continue;
         if (chosen)
           fail(ErrorKind::kBadInput, "{} and {} both select {} of layer {}", *chosen,

@@ -151,7 +151,7 @@ class Binder {
       if (std::sscanf(suffix.c_str(), "%lld-%lld.%7s", &r0, &r1, kind) != 3 ||
           fmt::format("{}-{}.{}", r0, r1, kind) != suffix || r0 < 0 || r1 <= r0 || r1 > rows)
         fail(ErrorKind::kBadInput,
-             "{}: tensor '{}' is not a part <rows>@<r0>-<r1>.<bf16|q8|q4|q5|q4z> of a {}-row "
+             "{}: tensor '{}' is not a part <rows>@<r0>-<r1>.<bf16|q8|q4|q5|q4z|q5z> of a {}-row "
              "projection",
              f->path(), t->name, rows);
       StoredPart part;
@@ -160,11 +160,8 @@ class Binder {
       const std::string k = kind;
       if (k == "bf16") {
         expect(*f, *t, DType::kBF16, {n, cols});
-      } else if (k == "q8" || k == "q4" || k == "q5" || k == "q4z") {
-        part.rows.kind = k == "q8"   ? WeightKind::kQ8
-                         : k == "q4" ? WeightKind::kQ4
-                         : k == "q5" ? WeightKind::kQ5
-                                     : WeightKind::kQ4z;
+      } else if (const WeightKind wk = quantized_kind_named(k); wk != WeightKind::kExact) {
+        part.rows.kind = wk;
         const StoredLayout layout = stored_layout(part.rows.kind, blocks);
         expect(*f, *t, k == "q8" ? DType::kI8 : DType::kU8, {n, blocks * layout.block_bytes});
         auto sc = cat_.by_name.find(it->first + ".scale");
@@ -319,13 +316,15 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
 }
 
 std::string ModelWeights::stored_kinds() const {
-  const WeightKind order[] = {WeightKind::kQ4, WeightKind::kQ4z, WeightKind::kQ5, WeightKind::kQ8};
-  bool has[4] = {};
+  const WeightKind order[] = {WeightKind::kQ4, WeightKind::kQ4z, WeightKind::kQ5, WeightKind::kQ5z,
+                              WeightKind::kQ8};
+  constexpr int kKinds = 5;
+  bool has[kKinds] = {};
   for (const auto& [name, parts] : stored_)
     for (const StoredPart& p : parts)
-      for (int i = 0; i < 4; ++i) has[i] = has[i] || p.rows.kind == order[i];
+      for (int i = 0; i < kKinds; ++i) has[i] = has[i] || p.rows.kind == order[i];
   std::string kinds;
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kKinds; ++i)
     if (has[i]) {
       if (!kinds.empty()) kinds += '+';
       kinds += weight_kind_name(order[i]);

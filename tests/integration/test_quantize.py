@@ -4,17 +4,17 @@ The oracle is written here in numpy from the format's published description (it 
 which projections of a model are "big" (from config.json's layer_types and GDN widths), how a
 spec (`class[@first-last],...`, `all`, `gdn_qkv`, `none`) selects class/layer pairs, the default
 specs of `--format q4` / `--format q8` (F = ceil(layers / 4)), how a projection's rows are cut
-into parts of one kind each (`W@r0-r1.bf16|q8|q4|q5|q4z`, a quantized part followed by its
-`.scale`), and the q8 / q4 / q5 / q4z rules per row and 32-value block in float32 arithmetic
+into parts of one kind each (`W@r0-r1.bf16|q8|q4|q5|q4z|q5z`, a quantized part followed by its
+`.scale`), and the q8 / q4 / q5 / q4z / q5z rules per row and 32-value block in float32 arithmetic
 (nearbyint = round half to even, F16 scales rounded to nearest even, two nibbles per byte, low
-nibble first, q5's fifth bits in a little-endian word after each block's nibbles, q4z's search
-with its sums in k's order).
+nibble first, q5's fifth bits in a little-endian word after each block's nibbles, the q4z / q5z
+search with its sums in k's order).
 Safetensors files are parsed by a small reader here (u64 LE header length, JSON header, raw
 data) so that I8 / U8 / F16 are compared as raw bytes.
 
 Proved here:
 - every tensor of a `--format q4`, a `--format q8`, a `--format q4z` and custom-spec bundles
-  (`--q5` rows among them) is byte-for-byte the oracle's (names, kinds, row ranges, dtypes, shapes, data, order
+  (`--q5` and `--q5z` rows among them) is byte-for-byte the oracle's (names, kinds, row ranges, dtypes, shapes, data, order
   within the shard); every other tensor and file is the source's; the index's weight_map names
   the shards' tensors; the manifest's `quantized` record and `outputs` digests; `kev verify`
   passes. The synthetic model
@@ -27,7 +27,7 @@ Proved here:
   source that fails verification, an already quantized source, overlapping specs, an unknown
   class, a layer outside the model;
 - damaged quantized bundles (a scale removed, a part of the wrong shape or scale dtype, a q4
-  part named q5 or q4z, rows missing between parts) are refused at load with a message naming the projection;
+  part named q5, q4z or q5z, rows missing between parts) are refused at load with a message naming the projection;
 - a write failure, SIGINT or SIGTERM mid-quantization, and a selection that reduces nothing,
   leave nothing behind.
 """
@@ -185,12 +185,13 @@ def projection_classes(cfg):
     return out
 
 
-def row_parts(layer, classes, rows, q8, q4, q5=frozenset(), q4z=frozenset()):
+def row_parts(layer, classes, rows, q8, q4, q5=frozenset(), q4z=frozenset(), q5z=frozenset()):
     """[(row0, row1, kind)]: consecutive rows of one kind merged, in row order."""
     parts = []
     for cls, r0, r1 in classes:
         r1 = rows if r1 is None else r1
-        kinds = [k for k, sel in (("q8", q8), ("q5", q5), ("q4", q4), ("q4z", q4z)) if (cls, layer) in sel]
+        kinds = [k for k, sel in (("q8", q8), ("q5", q5), ("q4", q4), ("q4z", q4z), ("q5z", q5z))
+                 if (cls, layer) in sel]
         assert len(kinds) <= 1, (cls, layer, kinds)
         kind = kinds[0] if kinds else "bf16"
         if parts and parts[-1][2] == kind:
@@ -261,22 +262,32 @@ def q4_oracle(x, bits=4):
     return packed.reshape(x.shape[0], -1).tobytes(), s16.view("<u2").tobytes()
 
 
-def q4z_fit(v, d, sc, z):
-    """q4z's fit at step d * sc and zero z for blocks v [N, 32]: (t [N, 32], squared error [N]),
-    the error summed in k's order as the format says (not numpy's pairwise sum)."""
+FITTED = {  # bits -> (t's lowest, t's highest, the zero's unit u, span, guard, bytes per block)
+    4: (-8, 7, 8, 15, 14, 18),
+    5: (-16, 15, 4, 31, 30, 22),
+}
+
+
+def fitted_fit(v, d, sc, z, bits=4):
+    """q4z's (bits 4) or q5z's (bits 5) fit at step d * sc and zero z for blocks v [N, 32]: (t [N,
+    32], squared error [N]), the error summed in k's order as the format says (not numpy's
+    pairwise sum)."""
+    tlo, thi, u = FITTED[bits][:3]
+    inv = F32(1) / F32(u)
     s = (d * sc).astype(F32)
-    step, zf = (s * F32(0.125)).astype(F32), (z * F32(0.125)).astype(F32)
+    step, zf = (s * inv).astype(F32), (z * inv).astype(F32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.clip(np.rint((v / s[:, None]).astype(F32) - zf[:, None]), -8, 7).astype(F32)
-    e = (v - step[:, None] * (F32(8) * t + z[:, None])).astype(F32)
+        t = np.clip(np.rint((v / s[:, None]).astype(F32) - zf[:, None]), tlo, thi).astype(F32)
+    e = (v - step[:, None] * (F32(u) * t + z[:, None])).astype(F32)
     err = np.zeros(v.shape[0], dtype=F32)
     for k in range(32):
         err = (err + e[:, k] * e[:, k]).astype(F32)
     return t, err
 
 
-def q4z_refit(v, t, d):
+def fitted_refit(v, t, d, bits=4):
     """(ok, sc, z) of the least-squares line v ~ a t + c, sums in k's order."""
+    u = FITTED[bits][2]
     st, stt, sv, stv = (np.zeros(v.shape[0], dtype=F32) for _ in range(4))
     for k in range(32):
         st = (st + t[:, k]).astype(F32)
@@ -290,16 +301,18 @@ def q4z_refit(v, t, d):
         c = ((sv - a * st).astype(F32) / n).astype(F32)
         ok = (det > 0) & (a > 0)
         sc = np.clip(np.rint((a / d).astype(F32)), 1, 255).astype(F32)
-        z = np.clip(np.rint((F32(8) * c / (d * sc).astype(F32)).astype(F32)), -63, 63).astype(F32)
+        z = np.clip(np.rint((F32(u) * c / (d * sc).astype(F32)).astype(F32)), -63, 63).astype(F32)
     return ok, sc, z
 
 
-def q4z_oracle(x):
-    """-> (U8 bytes [n, B*18], F16 super-scale bytes [n, ceil(B/8)]): q4z's search (gemm_int8.h)"""
+def fitted_oracle(x, bits=4):
+    """-> (U8 bytes [n, B*18] (q5z: B*22), F16 super-scale bytes [n, ceil(B/8)]): the q4z / q5z
+    search (gemm_int8.h)"""
+    u, span, guard, block_bytes = FITTED[bits][2:]
     blk, nb = blocks(x)
     n, nsb = x.shape[0], -(-nb // 8)
     lo, hi = blk.min(axis=2), blk.max(axis=2)
-    r = np.maximum((hi - lo).astype(F32) / F32(15), np.maximum(-lo, hi) / F32(14)).astype(F32)
+    r = np.maximum((hi - lo).astype(F32) / F32(span), np.maximum(-lo, hi) / F32(guard)).astype(F32)
     rpad = np.zeros((n, nsb * 8), dtype=F32)
     rpad[:, :nb] = r
     rmax = (rpad.reshape(n, nsb, 8).max(axis=2) + F32(0)).astype(F32)  # never -0
@@ -313,7 +326,7 @@ def q4z_oracle(x):
     best_sc, best_z = np.zeros_like(best_err), np.zeros_like(best_err)
 
     def consider(sc, z, mask):
-        t, err = q4z_fit(v, dd, sc, z)
+        t, err = fitted_fit(v, dd, sc, z, bits)
         better = mask & (err < best_err)
         best_err[better], best_sc[better], best_z[better] = err[better], sc[better], z[better]
         return t
@@ -323,21 +336,26 @@ def q4z_oracle(x):
         sc = np.clip(np.rint((sc0 * f).astype(F32)), 1, 255).astype(F32)
         with np.errstate(over="ignore"):
             mid = ((lo + hi).astype(F32) / (F32(2) * (dd * sc).astype(F32))).astype(F32)
-            z0 = np.rint((F32(8) * (mid + F32(0.5))).astype(F32))
+            z0 = np.rint((F32(u) * (mid + F32(0.5))).astype(F32))
         for dz in (F32(-1), F32(0), F32(1)):
             z = np.clip(z0 + dz, -63, 63).astype(F32)
             t = consider(sc, z, live)
-            ok, sc2, z2 = q4z_refit(v, t, dd)
+            ok, sc2, z2 = fitted_refit(v, t, dd, bits)
             consider(sc2, z2, live & ok)
-    t, _ = q4z_fit(v, dd, best_sc, best_z)
+    t, _ = fitted_fit(v, dd, best_sc, best_z, bits)
     t[~live] = 0
-    u = t.astype(np.int8).view(np.uint8)
-    nib = (u & 0x0F).reshape(-1, 16, 2)
-    packed = (nib[..., 0] | (nib[..., 1] << 4)).astype(np.uint8)
+    q = t.astype(np.int8).view(np.uint8)
+    nib = (q & 0x0F).reshape(-1, 16, 2)
+    parts = [(nib[..., 0] | (nib[..., 1] << 4)).astype(np.uint8)]
+    if bits == 5:  # the fifth bits as a little-endian 32-bit word after the nibbles
+        fifth = ((q >> 4) & 1).astype(np.uint32) << np.arange(32, dtype=np.uint32)
+        parts.append(np.bitwise_or.reduce(fifth, axis=1).astype("<u4").view(np.uint8).reshape(-1, 4))
     tail = np.stack([best_sc.astype(np.uint8), best_z.astype(np.int8).view(np.uint8)], axis=1)
     tail[~live] = 0
-    out = np.concatenate([packed, tail], axis=1).reshape(n, nb * 18)
-    return out.tobytes(), d16.view("<u2").tobytes()
+    parts.append(tail)
+    out = np.concatenate(parts, axis=1)
+    assert out.shape[1] == block_bytes
+    return out.reshape(n, nb * block_bytes).tobytes(), d16.view("<u2").tobytes()
 
 
 def expected_parts(full_name, raw, rows, cols, parts):
@@ -353,9 +371,11 @@ def expected_parts(full_name, raw, rows, cols, parts):
         elif kind == "q8":
             data, scale = q8_oracle(x[r0:r1])
             out += [(name, "I8", [n, nb * 32], data), (name + ".scale", "F32", [n, nb], scale)]
-        elif kind == "q4z":
-            data, scale = q4z_oracle(x[r0:r1])
-            out += [(name, "U8", [n, nb * 18], data), (name + ".scale", "F16", [n, -(-nb // 8)], scale)]
+        elif kind in ("q4z", "q5z"):
+            bits = 5 if kind == "q5z" else 4
+            data, scale = fitted_oracle(x[r0:r1], bits)
+            out += [(name, "U8", [n, nb * FITTED[bits][5]], data),
+                    (name + ".scale", "F16", [n, -(-nb // 8)], scale)]
         else:
             bits = 5 if kind == "q5" else 4
             data, scale = q4_oracle(x[r0:r1], bits)
@@ -387,7 +407,7 @@ class Source:
         name = self.prefix + rel
         return self.st[self.index["weight_map"][name]]["t"][name]
 
-    def plan(self, q8, q4, q5=frozenset(), q4z=frozenset()):
+    def plan(self, q8, q4, q5=frozenset(), q4z=frozenset(), q5z=frozenset()):
         """{name without prefix: [(row0, row1, kind)]} for every big projection."""
         out = {}
         for rel, (layer, classes) in self.classes.items():
@@ -395,7 +415,7 @@ class Source:
             assert dtype == "BF16" and len(shape) == 2, (rel, dtype, shape)
             if classes[-1][2] is not None:
                 assert shape[0] == classes[-1][2], (rel, shape, "in_proj_qkv rows != q + k + v")
-            out[rel] = row_parts(layer, classes, shape[0], q8, q4, q5, q4z)
+            out[rel] = row_parts(layer, classes, shape[0], q8, q4, q5, q4z, q5z)
         return out
 
     def expected_shard(self, shard, plan):
@@ -457,10 +477,11 @@ def level_env(level):
 
 # ---- 1. the bytes ----
 
-def check_bundle(source, out, q8, q4, q5=None, q4z=None):
-    """Asserts every file of `out` is what the oracle derives for the selection (q8, q4, q5, q4z)."""
+def check_bundle(source, out, q8, q4, q5=None, q4z=None, q5z=None):
+    """Asserts every file of `out` is what the oracle derives for the selection (q8, q4, q5, q4z,
+    q5z)."""
     assert sorted(os.listdir(out)) == sorted(os.listdir(source.bundle))
-    plan = source.plan(q8, q4, q5 or frozenset(), q4z or frozenset())
+    plan = source.plan(q8, q4, q5 or frozenset(), q4z or frozenset(), q5z or frozenset())
     reduced = {rel for rel, parts in plan.items() if parts != [(0, parts[-1][1], "bf16")]}
 
     with open(os.path.join(out, INDEX)) as f:
@@ -508,10 +529,11 @@ def check_bundle(source, out, q8, q4, q5=None, q4z=None):
         assert "q5" not in quant  # the manifests of q8 / q4 bundles are as they were
     else:
         assert parse_spec(quant["q5"], source.layers) == q5, quant["q5"]
-    if q4z is None:
-        assert "q4z" not in quant
-    else:
-        assert parse_spec(quant["q4z"], source.layers) == q4z, quant["q4z"]
+    for kind, sel in (("q4z", q4z), ("q5z", q5z)):
+        if sel is None:
+            assert kind not in quant
+        else:
+            assert parse_spec(quant[kind], source.layers) == sel, quant[kind]
     assert quant["source"] == {"manifest_sha256": hashlib.sha256(source.manifest_bytes).hexdigest(),
                                "outputs": source.manifest["outputs"]}
     files = sorted(f for f in os.listdir(out) if f != MANIFEST)
@@ -620,18 +642,29 @@ def test_custom_specs_match_the_oracle(source, quantized, key):
                                                                    (2 * q, rows, "bf16")]
 
 
-def test_q5_specs_match_the_oracle(source, quantized, decisions):
-    """--q5: rows at 5 bits beside q8 and q4 ones (four kinds in one in_proj_qkv: layer 1 has a
-    q5 query, a q8 key and a q4 value; layer 2 a q5 query and key beside a bf16 value); its
-    answers do not depend on the kernel level."""
+@pytest.mark.parametrize("five", ["q5", "q5z", "both"])
+def test_q5_specs_match_the_oracle(source, quantized, decisions, five):
+    """--q5 / --q5z: rows at 5 bits (q5's rule, or q5z's fitted step and zero) beside q8 and q4
+    ones (four kinds in one in_proj_qkv: layer 1 has a 5-bit query, a q8 key and a q4 value; layer
+    2 a 5-bit query and key beside a bf16 value); both flags at once split the 5-bit rows between
+    the rules. Its answers do not depend on the kernel level."""
     spec8, spec5, spec4 = "gdn_k@0-1", "gdn_q@0-2,gdn_k@2-2,mlp_down", "gdn_v@1-1,attn_o"
-    out = quantized("custom_q5", "--q8", spec8, "--q5", spec5, "--q4", spec4)
-    q8, q5, q4 = (parse_spec(s, source.layers) for s in (spec8, spec5, spec4))
-    plan, reduced = check_bundle(source, out, q8, q4, q5)
+    if five == "both":
+        flags, spec5, spec5z = ["--q5", "gdn_q@0-2", "--q5z", "gdn_k@2-2,mlp_down"], "gdn_q@0-2", "gdn_k@2-2,mlp_down"
+    else:
+        flags, spec5z = [f"--{five}", spec5], spec5
+        spec5, spec5z = (spec5, None) if five == "q5" else (None, spec5z)
+    out = quantized(f"custom_{five}", "--q8", spec8, "--q4", spec4, *flags)
+    q8, q4 = parse_spec(spec8, source.layers), parse_spec(spec4, source.layers)
+    q5, q5z = (None if s is None else parse_spec(s, source.layers) for s in (spec5, spec5z))
+    plan, reduced = check_bundle(source, out, q8, q4, q5, None, q5z)
     q = source.cfg["linear_num_key_heads"] * source.cfg["linear_key_head_dim"]
     rows = source.tensor("layers.1.linear_attn.in_proj_qkv.weight")[1][0]
-    assert plan["layers.1.linear_attn.in_proj_qkv.weight"] == [(0, q, "q5"), (q, 2 * q, "q8"), (2 * q, rows, "q4")]
-    assert plan["layers.2.linear_attn.in_proj_qkv.weight"] == [(0, 2 * q, "q5"), (2 * q, rows, "bf16")]
+    k1 = "q5" if five != "q5z" else "q5z"  # layer 1's query; layer 2's key is q5z unless only --q5
+    k2 = "q5" if five == "q5" else "q5z"
+    assert plan["layers.1.linear_attn.in_proj_qkv.weight"] == [(0, q, k1), (q, 2 * q, "q8"), (2 * q, rows, "q4")]
+    want2 = [(0, 2 * q, k1)] if k1 == k2 else [(0, q, k1), (q, 2 * q, k2)]
+    assert plan["layers.2.linear_attn.in_proj_qkv.weight"] == want2 + [(2 * q, rows, "bf16")]
     want = score(out, decisions, "--threads", "1", env=level_env("portable"))
     best = levels()[-1]
     assert score(out, decisions, "--threads", "2", env=level_env(best)) == want, best
@@ -641,16 +674,18 @@ def test_q5_specs_match_the_oracle(source, quantized, decisions):
 @pytest.mark.parametrize("first, five", [(None, None), (1, 1)])
 def test_q4z_format_matches_the_oracle(source, quantized, decisions, first, five):
     """--format q4z: q4's selection with its 4-bit rows by the q4z rule (a fitted step and zero
-    per block, F16 scales per 8 blocks); with --q8-layers / --q5-layers, q8, q5 and q4z rows side
-    by side. Its answers do not depend on the kernel level or the threads."""
+    per block, F16 scales per 8 blocks) and its 5-bit ones by the q5z rule; with --q8-layers /
+    --q5-layers, q8, q5z and q4z rows side by side. Its answers do not depend on the kernel level
+    or the threads."""
     args = ["--format", "q4z"] + ([] if first is None else ["--q8-layers", str(first), "--q5-layers", str(five)])
     out = quantized(f"q4z-{first}-{five}", *args)
     if first is None:
-        (q8, q4z), q5 = default_sets("q4", source.layers), None
+        (q8, q4z), q5z = default_sets("q4", source.layers), None
     else:
-        q8, q5, q4z = q5_layer_sets(source.layers, first, five)
-    plan, reduced = check_bundle(source, out, q8, set(), q5, q4z)
-    assert "q4z" in {k for rel in reduced for _, _, k in plan[rel]}
+        q8, q5z, q4z = q5_layer_sets(source.layers, first, five)
+    plan, reduced = check_bundle(source, out, q8, set(), None, q4z, q5z)
+    kinds = {k for rel in reduced for _, _, k in plan[rel]}
+    assert kinds == ({"q8", "q4z"} if first is None else {"q8", "q5z", "q4z"}), kinds
     if first is None:  # q4z is kev quantize's default format
         with open(os.path.join(out, MANIFEST)) as f, open(os.path.join(quantized("default"), MANIFEST)) as g:
             assert json.load(f)["outputs"] == json.load(g)["outputs"]
@@ -658,33 +693,42 @@ def test_q4z_format_matches_the_oracle(source, quantized, decisions, first, five
     want = score(out, decisions, "--threads", "1", env=level_env("portable"))
     best = levels()[-1]
     assert score(out, decisions, "--threads", "2", env=level_env(best)) == want, best
-    assert want != score(source.bundle, decisions)  # the q4z rows are in effect
+    assert want != score(source.bundle, decisions)  # the fitted rows are in effect
 
 
-def test_q4z_oracle_on_hand_values():
-    """The q4z oracle on a block whose answer is known by hand: values on a grid of step 1/8
-    from -1 to 7/8 (16 levels) are stored exactly, with d = f16(range' / 255), where range' =
-    max(15/8 / 15, 1 / 14) = 1/8, and sc, z that make d sc / 8 (8 t + z) hit every level."""
-    row = np.zeros((1, 32), dtype=F32)
-    row[0, :16] = np.arange(-8, 8, dtype=F32) / F32(8)
-    row[0, 16:] = np.arange(-8, 8, dtype=F32)[::-1] / F32(8)
-    data, scale = q4z_oracle(row)
-    d = np.frombuffer(scale, dtype="<f2")[0]
-    assert d == np.float16(0.125 / 255)
+def decode_fitted(data, scale, bits):
+    """(t [32], sc, z, d) of the first block of a fitted row, read as the format describes."""
     b = np.frombuffer(data, dtype=np.uint8)
-    t = np.empty(32, dtype=np.int8)
+    t = np.empty(32, dtype=np.int32)
     t[0::2], t[1::2] = (b[:16] & 0xF), (b[:16] >> 4)
-    t = np.where(t >= 8, t - 16, t)
-    sc, z = int(b[16]), int(b[17].astype(np.int8))
-    back = F32(d) * F32(sc) / F32(8) * (F32(8) * t.astype(F32) + F32(z))
+    if bits == 5:
+        word = int.from_bytes(b[16:20].tobytes(), "little")
+        t |= np.array([(word >> k) & 1 for k in range(32)], dtype=np.int32) << 4
+    t = np.where(t >= (1 << (bits - 1)), t - (1 << bits), t)
+    tail = FITTED[bits][5] - 2
+    return t.astype(F32), F32(b[tail]), F32(b[tail + 1].astype(np.int8)), F32(np.frombuffer(scale, dtype="<f2")[0])
+
+
+@pytest.mark.parametrize("bits", [4, 5])
+def test_fitted_oracles_on_hand_values(bits):
+    """The q4z / q5z oracle on a block whose answer is known by hand: values on a grid of step
+    1/8 with 16 (q5z: 32) levels, from -L/16 to (L-1)/16, are stored exactly, with d = f16(r /
+    255) where r = max(span / (L - 1), largest / (L - 2)) = 1/8, and sc, z that make
+    d sc / u (u t + z) hit every level (u = 8, q5z 4)."""
+    levels, u = 1 << bits, FITTED[bits][2]
+    row = np.zeros((1, 32), dtype=F32)
+    grid = np.arange(-levels // 2, levels // 2, dtype=F32) / F32(8)
+    row[0, :] = np.resize(np.concatenate([grid, grid[::-1]]), 32)
+    data, scale = fitted_oracle(row, bits)
+    t, sc, z, d = decode_fitted(data, scale, bits)
+    assert d == F32(np.float16(0.125 / 255))
+    back = d * sc / F32(u) * (F32(u) * t + z)
     assert np.abs(back - row[0]).max() < 0.02 * 0.125, (sc, z, back - row[0])
-    # a block of one value: r = |v| / 14, the grid shifted by z (clamped at 63) to reach it
+    # a block of one value: r = |v| / (L - 2), the grid shifted by z (clamped at 63) to reach it
     row[0, :] = 0.7
-    data, scale = q4z_oracle(row)
-    b = np.frombuffer(data, dtype=np.uint8)
-    d, sc, z = F32(np.frombuffer(scale, dtype="<f2")[0]), F32(b[16]), F32(b[17].astype(np.int8))
-    t = F32(np.int8(b[0] << 4) >> 4)
-    assert abs(d * sc / F32(8) * (F32(8) * t + z) - F32(0.7)) < 0.7 / 50, (d, sc, z, t)
+    data, scale = fitted_oracle(row, bits)
+    t, sc, z, d = decode_fitted(data, scale, bits)
+    assert abs(d * sc / F32(u) * (F32(u) * t[0] + z) - F32(0.7)) < 0.7 / 50, (d, sc, z, t[0])
 
 
 def test_oracle_rules_on_edge_values():
@@ -986,6 +1030,10 @@ def edits(source):
         return [(n.replace(up_q4, up_q4 + "z"), d, s, raw) for n, d, s, raw in entries]
     as_q4z.target = up_q4
 
+    def as_q5z(entries):  # renamed q5z: 16 bytes a block, not 22, and a scale per block, not per 8
+        return [(n.replace(up_q4, up_q4[:-1] + "5z"), d, s, raw) for n, d, s, raw in entries]
+    as_q5z.target = up_q4
+
     first = f"{qkv}@0-{2 * q}.q8"
 
     def gap(entries):  # the q8 part (and its scale) one row shorter and renamed: row 2q-1 missing
@@ -1005,12 +1053,12 @@ def edits(source):
 
     return {"intact-rewrite": (up, keep), "scale-removed": (up, drop_scale), "part-wrong-shape": (up, short_part),
             "scale-wrong-dtype": (up, f32_scale), "q4-named-q5": (up, as_q5),
-            "q4-named-q4z": (up, as_q4z), "rows-gap": (qkv, gap),
+            "q4-named-q4z": (up, as_q4z), "q4-named-q5z": (up, as_q5z), "rows-gap": (qkv, gap),
             "part-missing": (qkv, missing_part)}
 
 
 CASES = ["intact-rewrite", "scale-removed", "part-wrong-shape", "scale-wrong-dtype", "q4-named-q5", "q4-named-q4z",
-         "rows-gap", "part-missing"]
+         "q4-named-q5z", "rows-gap", "part-missing"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -86,6 +86,14 @@ bool quantize_row_q5(const float* v, int64_t n, uint8_t* q, uint16_t* scale);
 //   nibbles, then sc, then z; F16 d [rows][ceil(blocks / 8)]. Returns false on a non-finite value
 //   or an F16 overflow of d. 8 t + z is in [-127, 119]: the int8 kernels run it as is.
 bool quantize_row_q4z(const float* v, int64_t n, uint8_t* q, uint16_t* super_scale);
+// - q5z (5 bits with a fitted step and zero, 5.5625 bits per weight): q4z's rule with t in [-16,
+//   15] and the zero in quarters of a step: v ~ (d * sc / 4) * (4 t + z); r = max((hi - lo) / 31,
+//   max(-lo, hi) / 30); t[k] = clamp(nearbyint(v[k] / (d sc) - z / 4), -16, 15); z0 =
+//   nearbyint(4 ((lo + hi) / (2 (d sc)) + 0.5)); the refit's z = clamp(nearbyint(4 c / (d sc)),
+//   -63, 63); otherwise q4z's search word for word. Bytes [rows][blocks * 22]: per block q5's 20
+//   bytes (nibbles, then the little-endian word of the fifth bits), then sc, then z; F16 d
+//   [rows][ceil(blocks / 8)]. 4 t + z is in [-127, 123].
+bool quantize_row_q5z(const float* v, int64_t n, uint8_t* q, uint16_t* super_scale);
 // The kernels' layouts of stored rows (q and scale may be unaligned; cols > 0).
 Int8Matrix pack_q8_rows(const void* q, const void* scale, int64_t rows, int64_t cols,
                         size_t threads = 0);
@@ -95,6 +103,8 @@ Int4Matrix pack_q5_rows(const void* q, const void* scale, int64_t rows, int64_t 
                         size_t threads = 0);
 Int4Matrix pack_q4z_rows(const void* q, const void* super_scale, int64_t rows, int64_t cols,
                          size_t threads = 0);
-// (gemm_int4_kernel, precision_kernels.h, runs a q4, q5 or q4z matrix.)
+Int4Matrix pack_q5z_rows(const void* q, const void* super_scale, int64_t rows, int64_t cols,
+                         size_t threads = 0);
+// (gemm_int4_kernel, precision_kernels.h, runs a q4, q5, q4z or q5z matrix.)
 
 }  // namespace kev

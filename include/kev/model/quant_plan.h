@@ -1,5 +1,5 @@
-// Which rows of which big projection are reduced to 8, 5 or 4 bits (q4 or q4z), for the int8
-// precision mode (reduced at load time) and for quantized bundles (`kev quantize`, reduced on
+// Which rows of which big projection are reduced to 8, 5 (q5 or q5z) or 4 bits (q4 or q4z), for the
+// int8 precision mode (reduced at load time) and for quantized bundles (`kev quantize`, reduced on
 // disk). One selection language for both: a spec is a comma list of `class[@first-last]` (layers
 // 0-based, inclusive; default every layer), the classes attn_q, attn_k, attn_v, attn_o, gdn_q,
 // gdn_k, gdn_v (the query, key and value rows of a GDN in_proj_qkv), gdn_z, gdn_out, mlp_gate,
@@ -21,16 +21,19 @@
 
 namespace kev {
 
-enum class WeightKind { kExact, kQ8, kQ4, kQ5, kQ4z };
-const char* weight_kind_name(WeightKind k);  // "bf16", "q8", "q4", "q5", "q4z"
+enum class WeightKind { kExact, kQ8, kQ4, kQ5, kQ4z, kQ5z };
+const char* weight_kind_name(WeightKind k);  // "bf16", "q8", "q4", "q5", "q4z", "q5z"
 
 // How a quantized kind stores a row of `blocks` 32-value blocks (docs/bundle-format.md): bytes
-// of values per block, scales per row (one per block; q4z one per 8 blocks) and bytes per scale
-// (F32 for q8, F16 otherwise). The one home of these sizes for the writer, loader and packer.
+// of values per block, scales per row (one per block; q4z and q5z one per 8 blocks) and bytes per
+// scale (F32 for q8, F16 otherwise). The one home of these sizes for the writer, loader and packer.
 struct StoredLayout {
   int64_t block_bytes = 0, scales = 0, scale_bytes = 0;
 };
 StoredLayout stored_layout(WeightKind k, int64_t blocks);  // k must not be kExact
+// The quantized kind a part's suffix names ("q8", "q4", "q5", "q4z", "q5z"); kExact for any
+// other name, "bf16" included.
+WeightKind quantized_kind_named(const std::string& name);
 
 struct RowPart {
   int64_t row0 = 0, row1 = 0;
@@ -45,9 +48,9 @@ struct ProjectionPlan {
 };
 
 struct QuantSpecs {
-  std::string q8, q5, q4, q4z;  // the rows stored (or run) at 8, 5, 4 bits and as q4z
-  std::string q8_what = "--q8", q5_what = "--q5", q4_what = "--q4",
-              q4z_what = "--q4z";  // what errors call them
+  std::string q8, q5, q4, q4z, q5z;  // the rows stored (or run) at 8, 5, 4 bits, as q4z and q5z
+  std::string q8_what = "--q8", q5_what = "--q5", q4_what = "--q4", q4z_what = "--q4z",
+              q5z_what = "--q5z";  // what errors call them
   // One selection of rows (at "8 bits": the load-time modes' reduced rows), errors naming `what`.
   static QuantSpecs only(std::string spec, std::string what) {
     QuantSpecs s;

@@ -13,9 +13,9 @@
 // Quantized bundles (`kev quantize`, docs/bundle-format.md "Quantized bundles"): a projection may
 // be stored in row parts instead of one BF16 tensor, `<name>@<r0>-<r1>.<kind>` for kind bf16
 // (BF16 [n, cols]), q8 (I8 [n, blocks*32] plus `.scale` F32 [n, blocks]), q4 (U8
-// [n, blocks*16] plus `.scale` F16 [n, blocks]), q5 (U8 [n, blocks*20] plus the same scales) or
-// q4z (U8 [n, blocks*18] plus `.scale` F16 [n, ceil(blocks/8)]);
-// the parts must cover the rows in order, each
+// [n, blocks*16] plus `.scale` F16 [n, blocks]), q5 (U8 [n, blocks*20] plus the same scales),
+// q4z (U8 [n, blocks*18] plus `.scale` F16 [n, ceil(blocks/8)]) or q5z (U8 [n, blocks*22] plus
+// q4z's scales); the parts must cover the rows in order, each
 // of its shape and dtype. Such a projection's Bf16Matrix has data == nullptr (only its shape);
 // stored() says how it is held, and only the int8 precision mode runs it.
 // Errors: kBadInput naming the file and tensor.
@@ -81,8 +81,8 @@ class ModelWeights {
   // The projections a quantized bundle stores in parts (empty for a BF16 bundle), by name.
   const std::map<std::string, std::vector<StoredPart>>& stored() const { return stored_; }
   bool quantized() const { return !stored_.empty(); }
-  // The kinds a quantized bundle stores, "+"-joined in the order q4, q4z, q5, q8 (e.g. "q4+q8"), or
-  // "bf16" where its parts are all BF16; "" for a BF16 bundle.
+  // The kinds a quantized bundle stores, "+"-joined in the order q4, q4z, q5, q5z, q8 (e.g.
+  // "q4+q8"), or "bf16" where its parts are all BF16; "" for a BF16 bundle.
   std::string stored_kinds() const;
 
  private:

@@ -283,7 +283,16 @@ bool quantize_row_q5(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
 
 namespace {
 
-constexpr int kQ4zZeroMax = 63;  // |z|: 8 * [-8, 7] + z stays within the int8 rule's [-127, 127]
+constexpr int kFittedZeroMax = 63;  // |z|: unit * t + z stays within the int8 rule's [-127, 127]
+
+// A fitted rule (gemm_int8.h): t in [lo, hi], the zero in 1/unit of a step, so a value is
+// (d sc / unit) (unit t + z); `span` and `guard` size the first step (r below).
+struct FittedRule {
+  float lo, hi, unit, span, guard;
+  int64_t block_bytes;
+};
+constexpr FittedRule kQ4zRule{-8.0f, 7.0f, 8.0f, 15.0f, 14.0f, kQ4zBlockBytes};
+constexpr FittedRule kQ5zRule{-16.0f, 15.0f, 4.0f, 31.0f, 30.0f, kQ5zBlockBytes};
 
 // nearbyint(x) in round-to-nearest-even for |x| < 2^22 (x + 1.5 * 2^23 has a unit last place),
 // without the library call; only the sign of a zero result may differ, which no use here sees.
@@ -292,16 +301,17 @@ inline float round_even_small(float x) {
   return (x + kShift) - kShift;
 }
 
-// The q4z values of one zero-padded block v at step s = d * sc (exact) and zero z: t[k] (the
-// stored 4-bit value) and the block's squared error, summed in k's order. |v[k] / s| <= 14 * 255
-// * 2 (r >= |v| / 14, and d >= (max r / 255) / 2 even where it is an F16 subnormal), so the
-// rounding's argument is far below 2^22.
-float q4z_fit(const float* v, float d, float sc, float z, float* t) {
-  const float s = d * sc, step = s * 0.125f, zf = z * 0.125f;
+// The values of one zero-padded block v at step s = d * sc (exact) and zero z: t[k] (the stored
+// value) and the block's squared error, summed in k's order. |v[k] / s| <= guard * 255 * 2 (r >=
+// |v| / guard, and d >= (max r / 255) / 2 even where it is an F16 subnormal), so the rounding's
+// argument is far below 2^22. 1 / unit is a power of two: the products by it are exact.
+float fitted_fit(const FittedRule& rule, const float* v, float d, float sc, float z, float* t) {
+  const float inv = 1.0f / rule.unit;
+  const float s = d * sc, step = s * inv, zf = z * inv;
   float sq[kQuantBlock];
   for (int64_t k = 0; k < kQuantBlock; ++k) {
-    t[k] = std::min(7.0f, std::max(-8.0f, round_even_small(v[k] / s - zf)));
-    const float e = v[k] - step * (8.0f * t[k] + z);
+    t[k] = std::min(rule.hi, std::max(rule.lo, round_even_small(v[k] / s - zf)));
+    const float e = v[k] - step * (rule.unit * t[k] + z);
     sq[k] = e * e;
   }
   float err = 0.0f;
@@ -309,9 +319,15 @@ float q4z_fit(const float* v, float d, float sc, float z, float* t) {
   return err;
 }
 
+float clamp_zero(float z) {
+  return std::min(static_cast<float>(kFittedZeroMax),
+                  std::max(static_cast<float>(-kFittedZeroMax), z));
+}
+
 // The scale index and zero of a least-squares line v ~ a * t + c through the values t gave (none
 // where the t are all equal or the slope is not positive).
-bool q4z_refit(const float* v, const float* t, float d, float* sc, float* z) {
+bool fitted_refit(const FittedRule& rule, const float* v, const float* t, float d, float* sc,
+                  float* z) {
   float st = 0.0f, stt = 0.0f, sv = 0.0f, stv = 0.0f;
   for (int64_t k = 0; k < kQuantBlock; ++k) {
     st = st + t[k];
@@ -324,42 +340,57 @@ bool q4z_refit(const float* v, const float* t, float d, float* sc, float* z) {
   const float a = (n * stv - st * sv) / det, c = (sv - a * st) / n;
   if (!(a > 0.0f)) return false;
   *sc = std::min(255.0f, std::max(1.0f, std::nearbyint(a / d)));
-  *z = std::min(static_cast<float>(kQ4zZeroMax),
-                std::max(static_cast<float>(-kQ4zZeroMax), std::nearbyint(8.0f * c / (d * *sc))));
+  *z = clamp_zero(std::nearbyint(rule.unit * c / (d * *sc)));
   return true;
 }
 
-struct Q4zChoice {
+struct FittedChoice {
   float sc = 0.0f, z = 0.0f, err = INFINITY;
-  void consider(const float* v, float d, float sc_, float z_, float* t) {
-    const float e = q4z_fit(v, d, sc_, z_, t);
+  void consider(const FittedRule& rule, const float* v, float d, float sc_, float z_, float* t) {
+    const float e = fitted_fit(rule, v, d, sc_, z_, t);
     if (e < err) *this = {sc_, z_, e};
   }
 };
 
 // One block's (sc, z) by the search of gemm_int8.h; r is its range estimate.
-Q4zChoice q4z_search(const float* v, float lo, float hi, float r, float d) {
+FittedChoice fitted_search(const FittedRule& rule, const float* v, float lo, float hi, float r,
+                           float d) {
   const float sc0 = std::min(255.0f, std::max(1.0f, std::nearbyint(r / d)));
   const float shrink[] = {1.0f, 0.98f, 0.96f};
-  Q4zChoice best;
+  FittedChoice best;
   float t[kQuantBlock];
   for (float f : shrink) {
     const float sc = std::min(255.0f, std::max(1.0f, std::nearbyint(sc0 * f)));
-    const float z0 = std::nearbyint(8.0f * ((lo + hi) / (2.0f * (d * sc)) + 0.5f));
+    const float z0 = std::nearbyint(rule.unit * ((lo + hi) / (2.0f * (d * sc)) + 0.5f));
     for (float dz : {-1.0f, 0.0f, 1.0f}) {
-      const float z = std::min(static_cast<float>(kQ4zZeroMax),
-                               std::max(static_cast<float>(-kQ4zZeroMax), z0 + dz));
-      best.consider(v, d, sc, z, t);
+      const float z = clamp_zero(z0 + dz);
+      best.consider(rule, v, d, sc, z, t);
       float sc2, z2;
-      if (q4z_refit(v, t, d, &sc2, &z2)) best.consider(v, d, sc2, z2, t);
+      if (fitted_refit(rule, v, t, d, &sc2, &z2)) best.consider(rule, v, d, sc2, z2, t);
     }
   }
   return best;
 }
 
-}  // namespace
+// One block's stored bytes: the low nibbles of t (k = 2i low, 2i + 1 high), for q5z the word of
+// the fifth bits, then sc and z.
+void store_fitted_block(const FittedRule& rule, const float* t, float sc, float z, uint8_t* qb) {
+  uint32_t fifth = 0;
+  for (int64_t k = 0; k < kQuantBlock; ++k) {
+    const int ti = static_cast<int>(t[k]);
+    const auto nib = static_cast<uint8_t>(ti & 0xf);
+    qb[k / 2] |= static_cast<uint8_t>(k % 2 == 0 ? nib : nib << 4);
+    fifth |= static_cast<uint32_t>((ti >> 4) & 1) << k;
+  }
+  int64_t at = kPairs;
+  if (rule.lo < -8.0f)
+    for (int k = 0; k < 4; ++k) qb[at++] = static_cast<uint8_t>(fifth >> (8 * k));
+  qb[at] = static_cast<uint8_t>(sc);
+  qb[at + 1] = static_cast<uint8_t>(static_cast<int8_t>(z));
+}
 
-bool quantize_row_q4z(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
+bool quantize_row_fitted(const FittedRule& rule, const float* v, int64_t n, uint8_t* q,
+                         uint16_t* scale) {
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
   std::vector<float> pad(static_cast<size_t>(blocks * kQuantBlock), 0.0f);
   std::copy(v, v + n, pad.begin());
@@ -376,10 +407,10 @@ bool quantize_row_q4z(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
     }
     lo[b] = l;
     hi[b] = h;
-    r[b] = std::max((h - l) / 15.0f, std::max(-l, h) / 14.0f);
+    r[b] = std::max((h - l) / rule.span, std::max(-l, h) / rule.guard);
   }
-  for (int64_t sb = 0; sb * kQ4zSuperBlock < blocks; ++sb) {
-    const int64_t b0 = sb * kQ4zSuperBlock, b1 = std::min(blocks, b0 + kQ4zSuperBlock);
+  for (int64_t sb = 0; sb * kFittedSuperBlock < blocks; ++sb) {
+    const int64_t b0 = sb * kFittedSuperBlock, b1 = std::min(blocks, b0 + kFittedSuperBlock);
     float rmax = 0.0f;
     for (int64_t b = b0; b < b1; ++b) rmax = std::max(rmax, r[b]);
     const uint16_t d16 = f32_to_f16(rmax / 255.0f);
@@ -387,22 +418,27 @@ bool quantize_row_q4z(const float* v, int64_t n, uint8_t* q, uint16_t* scale) {
     const float d = f16_to_f32(d16);
     scale[sb] = d16;
     for (int64_t b = b0; b < b1; ++b) {
-      uint8_t* qb = q + b * kQ4zBlockBytes;
-      std::fill(qb, qb + kQ4zBlockBytes, uint8_t{0});
+      uint8_t* qb = q + b * rule.block_bytes;
+      std::fill(qb, qb + rule.block_bytes, uint8_t{0});
       if (d == 0.0f) continue;  // the super-block rounds to zero: zeros, sc = z = 0
       const float* vb = pad.data() + b * kQuantBlock;
-      const Q4zChoice c = q4z_search(vb, lo[b], hi[b], r[b], d);
+      const FittedChoice c = fitted_search(rule, vb, lo[b], hi[b], r[b], d);
       float t[kQuantBlock];
-      q4z_fit(vb, d, c.sc, c.z, t);
-      for (int64_t k = 0; k < kQuantBlock; ++k) {
-        const auto nib = static_cast<uint8_t>(static_cast<int>(t[k]) & 0xf);
-        qb[k / 2] |= static_cast<uint8_t>(k % 2 == 0 ? nib : nib << 4);
-      }
-      qb[kPairs] = static_cast<uint8_t>(c.sc);
-      qb[kPairs + 1] = static_cast<uint8_t>(static_cast<int8_t>(c.z));
+      fitted_fit(rule, vb, d, c.sc, c.z, t);
+      store_fitted_block(rule, t, c.sc, c.z, qb);
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool quantize_row_q4z(const float* v, int64_t n, uint8_t* q, uint16_t* super_scale) {
+  return quantize_row_fitted(kQ4zRule, v, n, q, super_scale);
+}
+
+bool quantize_row_q5z(const float* v, int64_t n, uint8_t* q, uint16_t* super_scale) {
+  return quantize_row_fitted(kQ5zRule, v, n, q, super_scale);
 }
 
 namespace {
@@ -496,31 +532,52 @@ Int4Matrix pack_q5_rows(const void* q_rows, const void* scale_rows, int64_t rows
   return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kPairs + 4, threads);
 }
 
-Int4Matrix pack_q4z_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
-                         size_t threads) {
+namespace {
+
+// pack_q4z_rows / pack_q5z_rows: stored rows of `block_bytes` per block (q4z: nibbles, sc, z;
+// q5z: nibbles, the fifth bits' word, sc, z) and F16 super-scales into Int4Matrix's layout.
+Int4Matrix pack_fitted_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                            int64_t block_bytes, size_t threads) {
   Int4Matrix m;
   set_packed_shape(m, rows, cols);
-  const int64_t supers = (m.blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock;
+  const int64_t supers = (m.blocks + kFittedSuperBlock - 1) / kFittedSuperBlock;
+  const bool fifth = block_bytes == kQ5zBlockBytes;
   m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
+  if (fifth) m.high.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
   m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
   m.super.assign(static_cast<size_t>(m.groups * supers * kGroup), 0);
   const auto* qs = static_cast<const uint8_t*>(q_rows);
   const auto* ss = static_cast<const uint8_t*>(scale_rows);
-  const int64_t row_bytes = m.blocks * kQ4zBlockBytes;
+  const int64_t row_bytes = m.blocks * block_bytes;
+  const int64_t tail = block_bytes - 2;  // sc, then z
   for_each_row_block(rows, m.blocks, threads, [&](int64_t g, int64_t j, int64_t r, int64_t b) {
-    const uint8_t* src = qs + r * row_bytes + b * kQ4zBlockBytes;
-    m.scale[static_cast<size_t>((g * m.blocks + b) * kGroup + j)] =
-        static_cast<uint16_t>(src[kPairs] | src[kPairs + 1] << 8);
+    const uint8_t* src = qs + r * row_bytes + b * block_bytes;
+    const size_t at = static_cast<size_t>((g * m.blocks + b) * kGroup + j);
+    m.scale[at] = static_cast<uint16_t>(src[tail] | src[tail + 1] << 8);
     for (int64_t p = 0; p < kPairs; ++p)
       m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] = src[p];
-    if (b % kQ4zSuperBlock == 0) {
-      const int64_t sb = b / kQ4zSuperBlock;
+    if (fifth)
+      for (int k = 0; k < 4; ++k) m.high[at] |= static_cast<uint32_t>(src[kPairs + k]) << (8 * k);
+    if (b % kFittedSuperBlock == 0) {
+      const int64_t sb = b / kFittedSuperBlock;
       uint16_t d;
       std::memcpy(&d, ss + 2 * (r * supers + sb), 2);
       m.super[static_cast<size_t>((g * supers + sb) * kGroup + j)] = d;
     }
   });
   return m;
+}
+
+}  // namespace
+
+Int4Matrix pack_q4z_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                         size_t threads) {
+  return pack_fitted_rows(q_rows, scale_rows, rows, cols, kQ4zBlockBytes, threads);
+}
+
+Int4Matrix pack_q5z_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
+                         size_t threads) {
+  return pack_fitted_rows(q_rows, scale_rows, rows, cols, kQ5zBlockBytes, threads);
 }
 
 Isa best_int8_isa() {
@@ -544,31 +601,33 @@ void gemm_int8_kernel(Int8Kernel k, const float* x, int64_t rows, int64_t ldx, c
 
 namespace {
 
-// q4z: the widened nibbles t of groups [g0, g0 + n) become 8 t + z, and each block's scale
-// f16(d) * sc / 8 (exact in FP32).
-void widen_q4z_zeros(const Int4Matrix& w, int64_t g0, int64_t n, int8_t* values, float* scales) {
-  const int64_t supers = (w.blocks + kQ4zSuperBlock - 1) / kQ4zSuperBlock;
+// q4z / q5z: the widened values t of groups [g0, g0 + n) become unit t + z (unit 8 for q4z, 4
+// for q5z, the one with fifth bits), and each block's scale f16(d) * sc / unit (exact in FP32).
+void widen_fitted_zeros(const Int4Matrix& w, int64_t g0, int64_t n, int8_t* values, float* scales) {
+  const int64_t supers = (w.blocks + kFittedSuperBlock - 1) / kFittedSuperBlock;
+  const int unit = w.high.empty() ? 8 : 4;
+  const float inv = w.high.empty() ? 0.125f : 0.25f;
   for (int64_t gi = 0; gi < n; ++gi)
     for (int64_t b = 0; b < w.blocks; ++b)
       for (int64_t j = 0; j < kGroup; ++j) {
         const int64_t g = g0 + gi, at = (g * w.blocks + b) * kGroup + j;
         const uint16_t packed = w.scale[static_cast<size_t>(at)];
         const float d = f16_to_f32(
-            w.super[static_cast<size_t>((g * supers + b / kQ4zSuperBlock) * kGroup + j)]);
+            w.super[static_cast<size_t>((g * supers + b / kFittedSuperBlock) * kGroup + j)]);
         const auto z = static_cast<int8_t>(packed >> 8);
-        scales[(gi * w.blocks + b) * kGroup + j] = d * static_cast<float>(packed & 0xff) * 0.125f;
+        scales[(gi * w.blocks + b) * kGroup + j] = d * static_cast<float>(packed & 0xff) * inv;
         int8_t* blk = values + ((gi * w.blocks + b) * kPairs * kGroup) * 2;
         for (int64_t p = 0; p < kPairs; ++p)
           for (int e = 0; e < 2; ++e) {
             int8_t& v = blk[(p * kGroup + j) * 2 + e];
-            v = static_cast<int8_t>(8 * v + z);
+            v = static_cast<int8_t>(unit * v + z);
           }
       }
 }
 
-// Groups [g0, g1) of a q4 or q5 matrix as an Int8Matrix of their own (byte i of the packed data
-// becomes int8 2i, its low nibble, and 2i + 1, its high nibble: Int8Matrix's order), then the
-// int8 kernel's range over them, writing their rows of y.
+// Groups [g0, g1) of a q4, q5, q4z or q5z matrix as an Int8Matrix of their own (byte i of the
+// packed data becomes int8 2i, its low nibble, and 2i + 1, its high nibble: Int8Matrix's order),
+// then the int8 kernel's range over them, writing their rows of y.
 void widen_and_run(const KernelRange& range, const QuantRows& a, int64_t rows, const Int4Matrix& w,
                    int64_t g0, int64_t g1, float* y, int64_t ldy) {
   const int64_t group_bytes = w.blocks * kPairs * kGroup;
@@ -590,7 +649,7 @@ void widen_and_run(const KernelRange& range, const QuantRows& a, int64_t rows, c
       dst[2 * i + 1] = static_cast<int8_t>(static_cast<int8_t>(b) >> 4);
     }
   } else {
-    // q5: the fifth bit of k = 2p and 2p + 1 from the row's word of its block, then the 5-bit
+    // q5 / q5z: the fifth bit of k = 2p and 2p + 1 from the row's word of its block, then the 5-bit
     // value sign-extended.
     const uint32_t* high = w.high.data() + g0 * group_scales;
     for (int64_t gb = 0; gb < n * w.blocks; ++gb)
@@ -609,7 +668,7 @@ void widen_and_run(const KernelRange& range, const QuantRows& a, int64_t rows, c
     for (int64_t i = 0; i < n * group_scales; ++i)
       chunk.scale[static_cast<size_t>(i)] = f16_to_f32(ss[i]);
   } else {
-    widen_q4z_zeros(w, g0, n, dst, chunk.scale.data());
+    widen_fitted_zeros(w, g0, n, dst, chunk.scale.data());
   }
   range(a, rows, chunk, y + g0 * kGroup, ldy, 0, n);
 }
