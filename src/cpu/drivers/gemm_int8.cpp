@@ -493,29 +493,48 @@ Int8Matrix pack_q8_rows(const void* q_rows, const void* scale_rows, int64_t rows
 
 namespace {
 
-// pack_q4_rows / pack_q5_rows: stored rows of `block_bytes` per block (16, or 20 with the fifth
-// bits' word) into Int4Matrix's layout.
+// How a low-bit kind stores a block (gemm_int8.h): the 16 bytes of nibbles, for 5 bits the word
+// of the fifth bits after them, for the fitted kinds sc and z last (with F16 super-block scales
+// per 8 blocks, else one F16 scale per block in the scale rows).
+struct LowBitForm {
+  int64_t block_bytes;
+  bool fifth, fitted;
+};
+constexpr LowBitForm kQ4Form{kPairs, false, false}, kQ5Form{kPairs + 4, true, false},
+    kQ4zForm{kQ4zBlockBytes, false, true}, kQ5zForm{kQ5zBlockBytes, true, true};
+
+// Stored rows of one low-bit form into Int4Matrix's layout.
 Int4Matrix pack_low_bit_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
-                             int64_t block_bytes, size_t threads) {
+                             const LowBitForm& form, size_t threads) {
   Int4Matrix m;
   set_packed_shape(m, rows, cols);
+  const int64_t supers = (m.blocks + kFittedSuperBlock - 1) / kFittedSuperBlock;
   m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
-  if (block_bytes > kPairs) m.high.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
+  if (form.fifth) m.high.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
   m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
+  if (form.fitted) m.super.assign(static_cast<size_t>(m.groups * supers * kGroup), 0);
   const auto* qs = static_cast<const uint8_t*>(q_rows);
   const auto* ss = static_cast<const uint8_t*>(scale_rows);
-  const int64_t row_bytes = m.blocks * block_bytes;
+  const int64_t row_bytes = m.blocks * form.block_bytes;
+  const int64_t tail = form.block_bytes - 2;  // a fitted block's sc, then z
   for_each_row_block(rows, m.blocks, threads, [&](int64_t g, int64_t j, int64_t r, int64_t b) {
-    uint16_t sc;
-    std::memcpy(&sc, ss + 2 * (r * m.blocks + b), 2);
+    const uint8_t* src = qs + r * row_bytes + b * form.block_bytes;
     const size_t at = static_cast<size_t>((g * m.blocks + b) * kGroup + j);
-    m.scale[at] = sc;
-    const uint8_t* src = qs + r * row_bytes + b * block_bytes;
     // A stored byte is one pair of k: it goes where Int8Matrix keeps that pair.
     for (int64_t p = 0; p < kPairs; ++p)
       m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] = src[p];
-    if (!m.high.empty())
+    if (form.fifth)
       for (int k = 0; k < 4; ++k) m.high[at] |= static_cast<uint32_t>(src[kPairs + k]) << (8 * k);
+    if (!form.fitted) {
+      std::memcpy(&m.scale[at], ss + 2 * (r * m.blocks + b), 2);  // may be unaligned
+      return;
+    }
+    m.scale[at] = static_cast<uint16_t>(src[tail] | src[tail + 1] << 8);
+    if (b % kFittedSuperBlock == 0) {
+      const int64_t sb = b / kFittedSuperBlock;
+      std::memcpy(&m.super[static_cast<size_t>((g * supers + sb) * kGroup + j)],
+                  ss + 2 * (r * supers + sb), 2);
+    }
   });
   return m;
 }
@@ -524,60 +543,22 @@ Int4Matrix pack_low_bit_rows(const void* q_rows, const void* scale_rows, int64_t
 
 Int4Matrix pack_q4_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
                         size_t threads) {
-  return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kPairs, threads);
+  return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kQ4Form, threads);
 }
 
 Int4Matrix pack_q5_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
                         size_t threads) {
-  return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kPairs + 4, threads);
+  return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kQ5Form, threads);
 }
-
-namespace {
-
-// pack_q4z_rows / pack_q5z_rows: stored rows of `block_bytes` per block (q4z: nibbles, sc, z;
-// q5z: nibbles, the fifth bits' word, sc, z) and F16 super-scales into Int4Matrix's layout.
-Int4Matrix pack_fitted_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
-                            int64_t block_bytes, size_t threads) {
-  Int4Matrix m;
-  set_packed_shape(m, rows, cols);
-  const int64_t supers = (m.blocks + kFittedSuperBlock - 1) / kFittedSuperBlock;
-  const bool fifth = block_bytes == kQ5zBlockBytes;
-  m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
-  if (fifth) m.high.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
-  m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
-  m.super.assign(static_cast<size_t>(m.groups * supers * kGroup), 0);
-  const auto* qs = static_cast<const uint8_t*>(q_rows);
-  const auto* ss = static_cast<const uint8_t*>(scale_rows);
-  const int64_t row_bytes = m.blocks * block_bytes;
-  const int64_t tail = block_bytes - 2;  // sc, then z
-  for_each_row_block(rows, m.blocks, threads, [&](int64_t g, int64_t j, int64_t r, int64_t b) {
-    const uint8_t* src = qs + r * row_bytes + b * block_bytes;
-    const size_t at = static_cast<size_t>((g * m.blocks + b) * kGroup + j);
-    m.scale[at] = static_cast<uint16_t>(src[tail] | src[tail + 1] << 8);
-    for (int64_t p = 0; p < kPairs; ++p)
-      m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] = src[p];
-    if (fifth)
-      for (int k = 0; k < 4; ++k) m.high[at] |= static_cast<uint32_t>(src[kPairs + k]) << (8 * k);
-    if (b % kFittedSuperBlock == 0) {
-      const int64_t sb = b / kFittedSuperBlock;
-      uint16_t d;
-      std::memcpy(&d, ss + 2 * (r * supers + sb), 2);
-      m.super[static_cast<size_t>((g * supers + sb) * kGroup + j)] = d;
-    }
-  });
-  return m;
-}
-
-}  // namespace
 
 Int4Matrix pack_q4z_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
                          size_t threads) {
-  return pack_fitted_rows(q_rows, scale_rows, rows, cols, kQ4zBlockBytes, threads);
+  return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kQ4zForm, threads);
 }
 
 Int4Matrix pack_q5z_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
                          size_t threads) {
-  return pack_fitted_rows(q_rows, scale_rows, rows, cols, kQ5zBlockBytes, threads);
+  return pack_low_bit_rows(q_rows, scale_rows, rows, cols, kQ5zForm, threads);
 }
 
 Isa best_int8_isa() {

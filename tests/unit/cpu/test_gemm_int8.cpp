@@ -433,15 +433,6 @@ void expect_widened_bits(const Problem& p, const Int4Matrix& low, const Int8Matr
 constexpr std::tuple<int64_t, int64_t, int64_t> kLowBitShapes[] = {
     {1, 1, 1}, {5, 33, 15}, {7, 95, 33}, {13, 256, 70}, {23, 700, 53}, {3, 9000, 70}};
 
-TEST(StoredWeights, LowBitKernelsEqualTheInt8KernelsOnTheWidenedValues) {
-  for (int bits : {4, 5})
-    for (auto [m, k, n] : kLowBitShapes) {
-      Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
-      const LowBitCase c = low_bit_case(p, bits);
-      expect_widened_bits(p, c.low, c.as_q8, bits == 5 ? "q5" : "q4");
-    }
-}
-
 // A stored q4z (bits 4) or q5z (bits 5) row's value k and its block's scale, from the format's
 // description: t from the nibbles (two's complement; for q5z with the fifth bit from the word
 // after them), sc and z the block's two trailing bytes, d the F16 scale of its super-block of 8
@@ -552,13 +543,17 @@ LowBitCase fitted_case(const Problem& p, int bits) {
           pack_q8_rows(q8.data(), s8.data(), p.n, p.k, 2)};
 }
 
-TEST(StoredWeights, FittedKernelsEqualTheInt8KernelsOnTheWidenedValues) {
-  for (int bits : {4, 5})
-    for (auto [m, k, n] : kLowBitShapes) {
-      Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
-      const LowBitCase c = fitted_case(p, bits);
-      expect_widened_bits(p, c.low, c.as_q8, bits == 5 ? "q5z" : "q4z");
-    }
+// q4, q5, q4z and q5z: every kernel on the stored matrix gives the int8 kernel's bits on the
+// independently decoded values.
+TEST(StoredWeights, LowBitKernelsEqualTheInt8KernelsOnTheWidenedValues) {
+  for (bool fitted : {false, true})
+    for (int bits : {4, 5})
+      for (auto [m, k, n] : kLowBitShapes) {
+        Problem p = gemm_test::make_normal(m, k, n, static_cast<unsigned>(m + k + n));
+        const LowBitCase c = fitted ? fitted_case(p, bits) : low_bit_case(p, bits);
+        const char* kind = fitted ? (bits == 5 ? "q5z" : "q4z") : (bits == 5 ? "q5" : "q4");
+        expect_widened_bits(p, c.low, c.as_q8, kind);
+      }
 }
 
 TEST(StoredWeights, LowBitCloseToUnquantizedProduct) {
