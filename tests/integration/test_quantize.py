@@ -947,16 +947,20 @@ def test_quantized_source_is_refused(quantized, tmp_path):
     (("--q8", "none", "--q4", "mlp_up@3-5", "--q5", "mlp_up@5-6"), ("--q5", "--q4", "mlp_up")),
     (("--q8", "gdn_qkv@2-2", "--q4", "none", "--q5", "gdn_k@0-3"), ("--q8", "--q5", "gdn_k")),
     (("--q8", "none", "--q4", "none", "--q5", "mlp_sideways"), ("--q5", "mlp_sideways")),
+    (("--q8", "none", "--q4", "none", "--q4z", "mlp_up@3-5", "--q5z", "mlp_up@5-6"), ("--q5z", "--q4z", "mlp_up")),
+    (("--q8", "none", "--q4", "none", "--q5", "gdn_k@1-1", "--q5z", "gdn_qkv@0-2"), ("--q5", "--q5z", "gdn_k")),
+    (("--q8", "none", "--q4", "none", "--q5z", "attn_o@40-41"), ("--q5z", "attn_o@40-41")),
 ], ids=["overlap", "overlap-aliases", "overlap-q8-format", "unknown-q8", "unknown-q4", "range-q8",
-        "range-q4", "overlap-q5-q4", "overlap-q8-q5", "unknown-q5"])
+        "range-q4", "overlap-q5-q4", "overlap-q8-q5", "unknown-q5", "overlap-q5z-q4z", "overlap-q5-q5z",
+        "range-q5z"])
 def test_bad_specs_are_refused(source, tmp_path, args, needles):
     # the oracle agrees: the specs are refused, or they select rows of one layer twice
-    spec8, spec4 = args[args.index("--q8") + 1], args[args.index("--q4") + 1]
-    spec5 = args[args.index("--q5") + 1] if "--q5" in args else "none"
+    flags = ("--q8", "--q4", "--q5", "--q4z", "--q5z")
+    specs = [args[args.index(f) + 1] if f in args else "none" for f in flags]
     try:
-        a, b, c = (parse_spec(s, source.layers) for s in (spec8, spec4, spec5))
+        sets = [parse_spec(s, source.layers) for s in specs]
         present = {(c, layer) for layer, classes in source.classes.values() for c, _, _ in classes}
-        assert ((a & b) | (a & c) | (b & c)) & present
+        assert any(sets[i] & sets[j] & present for i in range(len(sets)) for j in range(i + 1, len(sets)))
     except ValueError:
         pass
     proc = refuse(str(tmp_path), source.bundle, *args)

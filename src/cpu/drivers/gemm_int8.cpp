@@ -286,13 +286,15 @@ namespace {
 constexpr int kFittedZeroMax = 63;  // |z|: unit * t + z stays within the int8 rule's [-127, 127]
 
 // A fitted rule (gemm_int8.h): t in [lo, hi], the zero in 1/unit of a step, so a value is
-// (d sc / unit) (unit t + z); `span` and `guard` size the first step (r below).
+// (d sc / unit) (unit t + z); `span` and `guard` size the first step (r below); `fifth`: the
+// values' fifth bits are stored (5 bits).
 struct FittedRule {
   float lo, hi, unit, span, guard;
   int64_t block_bytes;
+  bool fifth;
 };
-constexpr FittedRule kQ4zRule{-8.0f, 7.0f, 8.0f, 15.0f, 14.0f, kQ4zBlockBytes};
-constexpr FittedRule kQ5zRule{-16.0f, 15.0f, 4.0f, 31.0f, 30.0f, kQ5zBlockBytes};
+constexpr FittedRule kQ4zRule{-8.0f, 7.0f, 8.0f, 15.0f, 14.0f, kQ4zBlockBytes, false};
+constexpr FittedRule kQ5zRule{-16.0f, 15.0f, 4.0f, 31.0f, 30.0f, kQ5zBlockBytes, true};
 
 // nearbyint(x) in round-to-nearest-even for |x| < 2^22 (x + 1.5 * 2^23 has a unit last place),
 // without the library call; only the sign of a zero result may differ, which no use here sees.
@@ -383,7 +385,7 @@ void store_fitted_block(const FittedRule& rule, const float* t, float sc, float 
     fifth |= static_cast<uint32_t>((ti >> 4) & 1) << k;
   }
   int64_t at = kPairs;
-  if (rule.lo < -8.0f)
+  if (rule.fifth)
     for (int k = 0; k < 4; ++k) qb[at++] = static_cast<uint8_t>(fifth >> (8 * k));
   qb[at] = static_cast<uint8_t>(sc);
   qb[at + 1] = static_cast<uint8_t>(static_cast<int8_t>(z));
