@@ -90,8 +90,7 @@ const char* weight_kind_name(WeightKind k) {
 }
 
 WeightKind quantized_kind_named(const std::string& name) {
-  for (WeightKind k :
-       {WeightKind::kQ8, WeightKind::kQ4, WeightKind::kQ5, WeightKind::kQ4z, WeightKind::kQ5z})
+  for (WeightKind k : kQuantizedKinds)
     if (name == weight_kind_name(k)) return k;
   return WeightKind::kExact;
 }

@@ -316,19 +316,16 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& dir) {
 }
 
 std::string ModelWeights::stored_kinds() const {
-  const WeightKind order[] = {WeightKind::kQ4, WeightKind::kQ4z, WeightKind::kQ5, WeightKind::kQ5z,
-                              WeightKind::kQ8};
-  constexpr int kKinds = 5;
-  bool has[kKinds] = {};
-  for (const auto& [name, parts] : stored_)
-    for (const StoredPart& p : parts)
-      for (int i = 0; i < kKinds; ++i) has[i] = has[i] || p.rows.kind == order[i];
   std::string kinds;
-  for (int i = 0; i < kKinds; ++i)
-    if (has[i]) {
-      if (!kinds.empty()) kinds += '+';
-      kinds += weight_kind_name(order[i]);
-    }
+  for (WeightKind k : kQuantizedKinds) {
+    const bool has = std::any_of(stored_.begin(), stored_.end(), [&](const auto& entry) {
+      return std::any_of(entry.second.begin(), entry.second.end(),
+                         [&](const StoredPart& p) { return p.rows.kind == k; });
+    });
+    if (!has) continue;
+    if (!kinds.empty()) kinds += '+';
+    kinds += weight_kind_name(k);
+  }
   return !kinds.empty() ? kinds : quantized() ? "bf16" : "";
 }
 

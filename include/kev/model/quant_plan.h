@@ -31,6 +31,9 @@ struct StoredLayout {
   int64_t block_bytes = 0, scales = 0, scale_bytes = 0;
 };
 StoredLayout stored_layout(WeightKind k, int64_t blocks);  // k must not be kExact
+// Every quantized kind, in the order ModelWeights::stored_kinds joins them.
+inline constexpr WeightKind kQuantizedKinds[] = {WeightKind::kQ4, WeightKind::kQ4z, WeightKind::kQ5,
+                                                 WeightKind::kQ5z, WeightKind::kQ8};
 // The quantized kind a part's suffix names ("q8", "q4", "q5", "q4z", "q5z"); kExact for any
 // other name, "bf16" included.
 WeightKind quantized_kind_named(const std::string& name);

@@ -285,16 +285,24 @@ namespace {
 
 constexpr int kFittedZeroMax = 63;  // |z|: unit * t + z stays within the int8 rule's [-127, 127]
 
-// A fitted rule (gemm_int8.h): t in [lo, hi], the zero in 1/unit of a step, so a value is
-// (d sc / unit) (unit t + z); `span` and `guard` size the first step (r below); `fifth`: the
-// values' fifth bits are stored (5 bits).
-struct FittedRule {
-  float lo, hi, unit, span, guard;
-  int64_t block_bytes;
-  bool fifth;
+// How a low-bit kind stores a block (gemm_int8.h): t in [-2^(bits-1), 2^(bits-1) - 1], the 16
+// bytes of low nibbles, for 5 bits the word of the fifth bits after them; a fitted kind (q4z,
+// q5z) has its zero in 1/zero_unit of a step, (d sc / zero_unit) (zero_unit t + z), sc and z last
+// in the block and F16 super-block scales per 8 blocks; q4 / q5 (zero_unit 0) one F16 scale per
+// block in the scale rows. span and guard size a fitted block's first step (r below).
+struct LowBitForm {
+  int bits, zero_unit;
+  constexpr bool fifth() const { return bits == 5; }
+  constexpr bool fitted() const { return zero_unit != 0; }
+  constexpr int64_t block_bytes() const { return kPairs + (fifth() ? 4 : 0) + (fitted() ? 2 : 0); }
+  constexpr float t_lo() const { return -static_cast<float>(1 << (bits - 1)); }
+  constexpr float t_hi() const { return static_cast<float>((1 << (bits - 1)) - 1); }
+  constexpr float unit() const { return static_cast<float>(zero_unit); }
+  constexpr float span() const { return static_cast<float>((1 << bits) - 1); }
+  constexpr float guard() const { return span() - 1.0f; }
 };
-constexpr FittedRule kQ4zRule{-8.0f, 7.0f, 8.0f, 15.0f, 14.0f, kQ4zBlockBytes, false};
-constexpr FittedRule kQ5zRule{-16.0f, 15.0f, 4.0f, 31.0f, 30.0f, kQ5zBlockBytes, true};
+constexpr LowBitForm kQ4Form{4, 0}, kQ5Form{5, 0}, kQ4zForm{4, 8}, kQ5zForm{5, 4};
+static_assert(kQ4zForm.block_bytes() == kQ4zBlockBytes && kQ5zForm.block_bytes() == kQ5zBlockBytes);
 
 // nearbyint(x) in round-to-nearest-even for |x| < 2^22 (x + 1.5 * 2^23 has a unit last place),
 // without the library call; only the sign of a zero result may differ, which no use here sees.
@@ -307,13 +315,13 @@ inline float round_even_small(float x) {
 // value) and the block's squared error, summed in k's order. |v[k] / s| <= guard * 255 * 2 (r >=
 // |v| / guard, and d >= (max r / 255) / 2 even where it is an F16 subnormal), so the rounding's
 // argument is far below 2^22. 1 / unit is a power of two: the products by it are exact.
-float fitted_fit(const FittedRule& rule, const float* v, float d, float sc, float z, float* t) {
-  const float inv = 1.0f / rule.unit;
+float fitted_fit(const LowBitForm& rule, const float* v, float d, float sc, float z, float* t) {
+  const float inv = 1.0f / rule.unit();
   const float s = d * sc, step = s * inv, zf = z * inv;
   float sq[kQuantBlock];
   for (int64_t k = 0; k < kQuantBlock; ++k) {
-    t[k] = std::min(rule.hi, std::max(rule.lo, round_even_small(v[k] / s - zf)));
-    const float e = v[k] - step * (rule.unit * t[k] + z);
+    t[k] = std::min(rule.t_hi(), std::max(rule.t_lo(), round_even_small(v[k] / s - zf)));
+    const float e = v[k] - step * (rule.unit() * t[k] + z);
     sq[k] = e * e;
   }
   float err = 0.0f;
@@ -328,7 +336,7 @@ float clamp_zero(float z) {
 
 // The scale index and zero of a least-squares line v ~ a * t + c through the values t gave (none
 // where the t are all equal or the slope is not positive).
-bool fitted_refit(const FittedRule& rule, const float* v, const float* t, float d, float* sc,
+bool fitted_refit(const LowBitForm& rule, const float* v, const float* t, float d, float* sc,
                   float* z) {
   float st = 0.0f, stt = 0.0f, sv = 0.0f, stv = 0.0f;
   for (int64_t k = 0; k < kQuantBlock; ++k) {
@@ -342,20 +350,20 @@ bool fitted_refit(const FittedRule& rule, const float* v, const float* t, float 
   const float a = (n * stv - st * sv) / det, c = (sv - a * st) / n;
   if (!(a > 0.0f)) return false;
   *sc = std::min(255.0f, std::max(1.0f, std::nearbyint(a / d)));
-  *z = clamp_zero(std::nearbyint(rule.unit * c / (d * *sc)));
+  *z = clamp_zero(std::nearbyint(rule.unit() * c / (d * *sc)));
   return true;
 }
 
 struct FittedChoice {
   float sc = 0.0f, z = 0.0f, err = INFINITY;
-  void consider(const FittedRule& rule, const float* v, float d, float sc_, float z_, float* t) {
+  void consider(const LowBitForm& rule, const float* v, float d, float sc_, float z_, float* t) {
     const float e = fitted_fit(rule, v, d, sc_, z_, t);
     if (e < err) *this = {sc_, z_, e};
   }
 };
 
 // One block's (sc, z) by the search of gemm_int8.h; r is its range estimate.
-FittedChoice fitted_search(const FittedRule& rule, const float* v, float lo, float hi, float r,
+FittedChoice fitted_search(const LowBitForm& rule, const float* v, float lo, float hi, float r,
                            float d) {
   const float sc0 = std::min(255.0f, std::max(1.0f, std::nearbyint(r / d)));
   const float shrink[] = {1.0f, 0.98f, 0.96f};
@@ -363,7 +371,7 @@ FittedChoice fitted_search(const FittedRule& rule, const float* v, float lo, flo
   float t[kQuantBlock];
   for (float f : shrink) {
     const float sc = std::min(255.0f, std::max(1.0f, std::nearbyint(sc0 * f)));
-    const float z0 = std::nearbyint(rule.unit * ((lo + hi) / (2.0f * (d * sc)) + 0.5f));
+    const float z0 = std::nearbyint(rule.unit() * ((lo + hi) / (2.0f * (d * sc)) + 0.5f));
     for (float dz : {-1.0f, 0.0f, 1.0f}) {
       const float z = clamp_zero(z0 + dz);
       best.consider(rule, v, d, sc, z, t);
@@ -376,7 +384,7 @@ FittedChoice fitted_search(const FittedRule& rule, const float* v, float lo, flo
 
 // One block's stored bytes: the low nibbles of t (k = 2i low, 2i + 1 high), for q5z the word of
 // the fifth bits, then sc and z.
-void store_fitted_block(const FittedRule& rule, const float* t, float sc, float z, uint8_t* qb) {
+void store_fitted_block(const LowBitForm& rule, const float* t, float sc, float z, uint8_t* qb) {
   uint32_t fifth = 0;
   for (int64_t k = 0; k < kQuantBlock; ++k) {
     const int ti = static_cast<int>(t[k]);
@@ -385,13 +393,13 @@ void store_fitted_block(const FittedRule& rule, const float* t, float sc, float 
     fifth |= static_cast<uint32_t>((ti >> 4) & 1) << k;
   }
   int64_t at = kPairs;
-  if (rule.fifth)
+  if (rule.fifth())
     for (int k = 0; k < 4; ++k) qb[at++] = static_cast<uint8_t>(fifth >> (8 * k));
   qb[at] = static_cast<uint8_t>(sc);
   qb[at + 1] = static_cast<uint8_t>(static_cast<int8_t>(z));
 }
 
-bool quantize_row_fitted(const FittedRule& rule, const float* v, int64_t n, uint8_t* q,
+bool quantize_row_fitted(const LowBitForm& rule, const float* v, int64_t n, uint8_t* q,
                          uint16_t* scale) {
   const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
   std::vector<float> pad(static_cast<size_t>(blocks * kQuantBlock), 0.0f);
@@ -409,7 +417,7 @@ bool quantize_row_fitted(const FittedRule& rule, const float* v, int64_t n, uint
     }
     lo[b] = l;
     hi[b] = h;
-    r[b] = std::max((h - l) / rule.span, std::max(-l, h) / rule.guard);
+    r[b] = std::max((h - l) / rule.span(), std::max(-l, h) / rule.guard());
   }
   for (int64_t sb = 0; sb * kFittedSuperBlock < blocks; ++sb) {
     const int64_t b0 = sb * kFittedSuperBlock, b1 = std::min(blocks, b0 + kFittedSuperBlock);
@@ -420,8 +428,8 @@ bool quantize_row_fitted(const FittedRule& rule, const float* v, int64_t n, uint
     const float d = f16_to_f32(d16);
     scale[sb] = d16;
     for (int64_t b = b0; b < b1; ++b) {
-      uint8_t* qb = q + b * rule.block_bytes;
-      std::fill(qb, qb + rule.block_bytes, uint8_t{0});
+      uint8_t* qb = q + b * rule.block_bytes();
+      std::fill(qb, qb + rule.block_bytes(), uint8_t{0});
       if (d == 0.0f) continue;  // the super-block rounds to zero: zeros, sc = z = 0
       const float* vb = pad.data() + b * kQuantBlock;
       const FittedChoice c = fitted_search(rule, vb, lo[b], hi[b], r[b], d);
@@ -436,11 +444,11 @@ bool quantize_row_fitted(const FittedRule& rule, const float* v, int64_t n, uint
 }  // namespace
 
 bool quantize_row_q4z(const float* v, int64_t n, uint8_t* q, uint16_t* super_scale) {
-  return quantize_row_fitted(kQ4zRule, v, n, q, super_scale);
+  return quantize_row_fitted(kQ4zForm, v, n, q, super_scale);
 }
 
 bool quantize_row_q5z(const float* v, int64_t n, uint8_t* q, uint16_t* super_scale) {
-  return quantize_row_fitted(kQ5zRule, v, n, q, super_scale);
+  return quantize_row_fitted(kQ5zForm, v, n, q, super_scale);
 }
 
 namespace {
@@ -495,16 +503,6 @@ Int8Matrix pack_q8_rows(const void* q_rows, const void* scale_rows, int64_t rows
 
 namespace {
 
-// How a low-bit kind stores a block (gemm_int8.h): the 16 bytes of nibbles, for 5 bits the word
-// of the fifth bits after them, for the fitted kinds sc and z last (with F16 super-block scales
-// per 8 blocks, else one F16 scale per block in the scale rows).
-struct LowBitForm {
-  int64_t block_bytes;
-  bool fifth, fitted;
-};
-constexpr LowBitForm kQ4Form{kPairs, false, false}, kQ5Form{kPairs + 4, true, false},
-    kQ4zForm{kQ4zBlockBytes, false, true}, kQ5zForm{kQ5zBlockBytes, true, true};
-
 // Stored rows of one low-bit form into Int4Matrix's layout.
 Int4Matrix pack_low_bit_rows(const void* q_rows, const void* scale_rows, int64_t rows, int64_t cols,
                              const LowBitForm& form, size_t threads) {
@@ -512,22 +510,22 @@ Int4Matrix pack_low_bit_rows(const void* q_rows, const void* scale_rows, int64_t
   set_packed_shape(m, rows, cols);
   const int64_t supers = (m.blocks + kFittedSuperBlock - 1) / kFittedSuperBlock;
   m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
-  if (form.fifth) m.high.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
+  if (form.fifth()) m.high.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
   m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
-  if (form.fitted) m.super.assign(static_cast<size_t>(m.groups * supers * kGroup), 0);
+  if (form.fitted()) m.super.assign(static_cast<size_t>(m.groups * supers * kGroup), 0);
   const auto* qs = static_cast<const uint8_t*>(q_rows);
   const auto* ss = static_cast<const uint8_t*>(scale_rows);
-  const int64_t row_bytes = m.blocks * form.block_bytes;
-  const int64_t tail = form.block_bytes - 2;  // a fitted block's sc, then z
+  const int64_t row_bytes = m.blocks * form.block_bytes();
+  const int64_t tail = form.block_bytes() - 2;  // a fitted block's sc, then z
   for_each_row_block(rows, m.blocks, threads, [&](int64_t g, int64_t j, int64_t r, int64_t b) {
-    const uint8_t* src = qs + r * row_bytes + b * form.block_bytes;
+    const uint8_t* src = qs + r * row_bytes + b * form.block_bytes();
     const size_t at = static_cast<size_t>((g * m.blocks + b) * kGroup + j);
     // A stored byte is one pair of k: it goes where Int8Matrix keeps that pair.
     for (int64_t p = 0; p < kPairs; ++p)
       m.q[static_cast<size_t>(((g * m.blocks + b) * kPairs + p) * kGroup + j)] = src[p];
-    if (form.fifth)
+    if (form.fifth())
       for (int k = 0; k < 4; ++k) m.high[at] |= static_cast<uint32_t>(src[kPairs + k]) << (8 * k);
-    if (!form.fitted) {
+    if (!form.fitted()) {
       std::memcpy(&m.scale[at], ss + 2 * (r * m.blocks + b), 2);  // may be unaligned
       return;
     }
