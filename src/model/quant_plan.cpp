@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
+#include <algorithm>
+#include <charconv>
+#include <optional>
+#include <string_view>
+#include <system_error>
+#include <tuple>
 #include <utility>
 
 #include "kev/core/error.h"
@@ -26,51 +31,75 @@ enum Class {
   kMlpDown,
   kClasses
 };
-constexpr const char* kClassNames[kClasses] = {"attn_q",  "attn_k",   "attn_v", "attn_o",
-                                               "gdn_q",   "gdn_k",    "gdn_v",  "gdn_z",
-                                               "gdn_out", "mlp_gate", "mlp_up", "mlp_down"};
+static_assert(kClasses == kProjectionClasses);
+constexpr const auto& kClassNames = kProjectionClassNames;
 
-// Per class, the layers a spec selects.
-struct Selection {
-  std::vector<bool> layers[kClasses];
-  bool has(int64_t layer, int c) const {
-    const auto& l = layers[c];
-    return static_cast<size_t>(layer) < l.size() && l[static_cast<size_t>(layer)];
-  }
-};
+// A count: decimal digits only, no sign or space, no leading zero but "0" itself, at most 18
+// digits (so it fits int64_t with room); nullopt otherwise.
+std::optional<int64_t> parse_count(std::string_view s) {
+  if (s.empty() || s.size() > 18 || (s.size() > 1 && s[0] == '0')) return std::nullopt;
+  for (char c : s)
+    if (c < '0' || c > '9') return std::nullopt;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
 
-Selection parse_spec(const std::string& spec, int64_t layers, const std::string& what) {
-  Selection s;
-  for (auto& l : s.layers) l.assign(static_cast<size_t>(layers), false);
+// `first-last` (parse_count each, split at the first '-'); nullopt where malformed.
+std::optional<std::pair<int64_t, int64_t>> parse_range(std::string_view s) {
+  const size_t dash = s.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  const std::optional<int64_t> a = parse_count(s.substr(0, dash)),
+                               b = parse_count(s.substr(dash + 1));
+  if (!a || !b) return std::nullopt;
+  return std::pair{*a, *b};
+}
+
+}  // namespace
+
+std::optional<PartName> parse_part_name(std::string_view suffix, int64_t rows) {
+  const size_t dot = suffix.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const auto range = parse_range(suffix.substr(0, dot));
+  const std::string_view kind = suffix.substr(dot + 1);
+  if (!range || range->first >= range->second || range->second > rows) return std::nullopt;
+  if (kind.empty() || kind.size() > 7) return std::nullopt;
+  for (char c : kind)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return std::nullopt;
+  return PartName{range->first, range->second, std::string(kind)};
+}
+
+LayerSelection parse_selection(std::string_view spec, int64_t layers, std::string_view what) {
+  LayerSelection s;
+  for (auto& l : s.layers) l.assign(static_cast<size_t>(std::max<int64_t>(layers, 0)), false);
   for (size_t begin = 0; begin <= spec.size();) {
     size_t end = spec.find(',', begin);
-    if (end == std::string::npos) end = spec.size();
-    const std::string entry = spec.substr(begin, end - begin);
+    if (end == std::string_view::npos) end = spec.size();
+    const std::string_view entry = spec.substr(begin, end - begin);
     begin = end + 1;
     if (entry.empty() || entry == "none") continue;
     const size_t at = entry.find('@');
-    const std::string name = entry.substr(0, at);
-    long long first = 0, last = layers - 1;
-    if (at != std::string::npos) {
-      char tail = 0;
-      if (std::sscanf(entry.c_str() + at + 1, "%lld-%lld%c", &first, &last, &tail) != 2 ||
-          first < 0 || last < first || last >= layers)
+    const std::string_view name = entry.substr(0, at);
+    int64_t first = 0, last = layers - 1;
+    if (at != std::string_view::npos) {
+      const auto range = parse_range(entry.substr(at + 1));
+      if (!range || range->first > range->second || range->second >= layers)
         fail(ErrorKind::kBadInput, "{} entry '{}': expected class@first-last within layers 0-{}",
              what, entry, layers - 1);
+      std::tie(first, last) = *range;
     }
     bool found = false;
     for (int c = 0; c < kClasses; ++c) {
       const bool qkv = c >= kGdnQ && c <= kGdnV && name == "gdn_qkv";
       if (name != "all" && !qkv && name != kClassNames[c]) continue;
       found = true;
-      for (long long l = first; l <= last; ++l) s.layers[c][static_cast<size_t>(l)] = true;
+      for (int64_t l = first; l <= last; ++l) s.layers[c][static_cast<size_t>(l)] = true;
     }
     if (!found) fail(ErrorKind::kBadInput, "{}: unknown projection class '{}'", what, name);
   }
   return s;
 }
-
-}  // namespace
 
 const char* weight_kind_name(WeightKind k) {
   switch (k) {
@@ -140,11 +169,11 @@ std::string bf16_default_spec() {
 }
 
 std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantSpecs& specs) {
-  const Selection q8 = parse_spec(specs.q8, c.layers, specs.q8_what);
-  const Selection q4 = parse_spec(specs.q4, c.layers, specs.q4_what);
-  const Selection q5 = parse_spec(specs.q5, c.layers, specs.q5_what);
-  const Selection q4z = parse_spec(specs.q4z, c.layers, specs.q4z_what);
-  const Selection q5z = parse_spec(specs.q5z, c.layers, specs.q5z_what);
+  const LayerSelection q8 = parse_selection(specs.q8, c.layers, specs.q8_what);
+  const LayerSelection q4 = parse_selection(specs.q4, c.layers, specs.q4_what);
+  const LayerSelection q5 = parse_selection(specs.q5, c.layers, specs.q5_what);
+  const LayerSelection q4z = parse_selection(specs.q4z, c.layers, specs.q4z_what);
+  const LayerSelection q5z = parse_selection(specs.q5z, c.layers, specs.q5z_what);
   std::vector<ProjectionPlan> plans;
   // parts: (class, rows) in row order; consecutive rows of one kind form one part.
   auto add = [&](int64_t layer, std::string name, int64_t cols,
@@ -154,11 +183,12 @@ std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantS
     p.layer = layer;
     p.cols = cols;
     for (auto [cls, n] : parts) {
-      const std::pair<const Selection*, const std::string*> by_kind[] = {{&q8, &specs.q8_what},
-                                                                         {&q5, &specs.q5_what},
-                                                                         {&q4, &specs.q4_what},
-                                                                         {&q4z, &specs.q4z_what},
-                                                                         {&q5z, &specs.q5z_what}};
+      const std::pair<const LayerSelection*, const std::string*> by_kind[] = {
+          {&q8, &specs.q8_what},
+          {&q5, &specs.q5_what},
+          {&q4, &specs.q4_what},
+          {&q4z, &specs.q4z_what},
+          {&q5z, &specs.q5z_what}};
       const WeightKind kinds[] = {WeightKind::kQ8, WeightKind::kQ5, WeightKind::kQ4,
                                   WeightKind::kQ4z, WeightKind::kQ5z};
       WeightKind kind = WeightKind::kExact;

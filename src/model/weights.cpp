@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "kev/core/bf16.h"
@@ -146,18 +146,16 @@ class Binder {
       const std::string suffix = it->first.substr(stem.size());
       if (suffix.ends_with(".scale")) continue;  // read with its part
       const auto [f, t] = it->second;
-      long long r0 = -1, r1 = -1;
-      char kind[8] = {};  // at most 7 characters
-      if (std::sscanf(suffix.c_str(), "%lld-%lld.%7s", &r0, &r1, kind) != 3 ||
-          fmt::format("{}-{}.{}", r0, r1, kind) != suffix || r0 < 0 || r1 <= r0 || r1 > rows)
+      const std::optional<PartName> name = parse_part_name(suffix, rows);
+      if (!name)
         fail(ErrorKind::kBadInput,
              "{}: tensor '{}' is not a part <rows>@<r0>-<r1>.<bf16|q8|q4|q5|q4z|q5z> of a {}-row "
              "projection",
              f->path(), t->name, rows);
       StoredPart part;
-      part.rows = {r0, r1, WeightKind::kExact};
-      const int64_t n = r1 - r0;
-      const std::string k = kind;
+      part.rows = {name->row0, name->row1, WeightKind::kExact};
+      const int64_t n = name->row1 - name->row0;
+      const std::string& k = name->kind;
       if (k == "bf16") {
         expect(*f, *t, DType::kBF16, {n, cols});
       } else if (const WeightKind wk = quantized_kind_named(k); wk != WeightKind::kExact) {

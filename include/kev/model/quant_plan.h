@@ -13,7 +13,9 @@
 // `what`, the flag or variable the spec came from). Pure functions of their arguments.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +39,40 @@ inline constexpr WeightKind kQuantizedKinds[] = {WeightKind::kQ4, WeightKind::kQ
 // The quantized kind a part's suffix names ("q8", "q4", "q5", "q4z", "q5z"); kExact for any
 // other name, "bf16" included.
 WeightKind quantized_kind_named(const std::string& name);
+
+// A stored part's name after its projection's `W@` (docs/bundle-format.md): `<r0>-<r1>.<kind>`.
+struct PartName {
+  int64_t row0 = 0, row1 = 0;
+  std::string kind;  // as named: "bf16", a quantized kind's name, or one this kev does not know
+};
+// Contract: parses `suffix` strictly. r0 and r1 are decimal digits only (no sign, no space, no
+// leading zero but "0" itself, at most 18 digits), with 0 <= r0 < r1 <= rows; kind is 1 to 7
+// lowercase ASCII letters or digits, known or not (the caller says which it knows). nullopt for
+// anything else. Pure; throws nothing but std::bad_alloc.
+std::optional<PartName> parse_part_name(std::string_view suffix, int64_t rows);
+
+// The row classes a spec names, in the order of a LayerSelection's index.
+inline constexpr int kProjectionClasses = 12;
+inline constexpr const char* kProjectionClassNames[kProjectionClasses] = {
+    "attn_q", "attn_k", "attn_v",  "attn_o",   "gdn_q",  "gdn_k",
+    "gdn_v",  "gdn_z",  "gdn_out", "mlp_gate", "mlp_up", "mlp_down"};
+
+// Per class (kProjectionClassNames' order), the layers a spec selects (each `layers` long).
+struct LayerSelection {
+  std::vector<bool> layers[kProjectionClasses];
+  bool has(int64_t layer, int cls) const {
+    const auto& l = layers[cls];
+    return layer >= 0 && static_cast<size_t>(layer) < l.size() && l[static_cast<size_t>(layer)];
+  }
+};
+// Contract: parses `spec` strictly. Entries are split at every ','; an empty entry or `none`
+// selects nothing; any other is `class` (every layer) or `class@first-last`, class one of
+// kProjectionClassNames, `all` or `gdn_qkv`, first and last decimal digits only (no sign, no
+// space, no leading zero but "0" itself, at most 18 digits) with 0 <= first <= last < layers.
+// Anything else throws Error kBadInput naming `what` and the entry, the first bad entry's range
+// ("expected class@first-last within layers 0-N", checked before its class) or class ("unknown
+// projection class"). Pure otherwise.
+LayerSelection parse_selection(std::string_view spec, int64_t layers, std::string_view what);
 
 struct RowPart {
   int64_t row0 = 0, row1 = 0;
