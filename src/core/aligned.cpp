@@ -3,6 +3,8 @@
 
 #include <sys/mman.h>
 
+#include <cstring>
+
 namespace kev {
 
 namespace {
@@ -14,6 +16,12 @@ void* allocate_aligned_block(size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   return p;  // page-aligned
+}
+
+void* allocate_zeroed_block(size_t bytes) {
+  void* p = allocate_aligned_block(bytes);
+  if (bytes < kMappedBlockBytes) std::memset(p, 0, bytes);  // a mapped block is zero already
+  return p;
 }
 
 void free_aligned_block(void* p, size_t bytes) noexcept {

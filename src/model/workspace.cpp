@@ -31,8 +31,8 @@ WorkspaceWidths workspace_widths(const ModelConfig& c) {
 
 void Workspace::allocate(const ModelConfig& c, int64_t rows) {
   const WorkspaceWidths w = workspace_widths(c);
-  auto size = [rows](AlignedVector<float>& v, int64_t width) {
-    v.resize(static_cast<size_t>(rows * width));
+  auto size = [rows](ZeroedBuffer<float>& v, int64_t width) {
+    v = ZeroedBuffer<float>(static_cast<size_t>(rows * width));
   };
   size(x, w.hidden);
   size(xn, w.hidden);

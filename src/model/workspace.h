@@ -11,15 +11,17 @@
 namespace kev {
 
 // 64-byte aligned starts: rows are aligned too where a width is a multiple of 16 floats (every
-// width at the released dimensions), so the kernels' row loads do not straddle cache lines.
+// width at the released dimensions), so the kernels' row loads do not straddle cache lines. The
+// arrays start zero without a zero-fill pass (ZeroedBuffer: a pass's scratch is first touched by
+// the parallel kernels that write it).
 // What each array holds changes from layer to layer; attention.cpp, gdn.cpp and mlp.cpp say
 // which they use for what.
 struct Workspace {
-  AlignedVector<float> x;    // [T, hidden] the residual stream
-  AlignedVector<float> xn;   // [T, hidden] the normed input of a layer's mixer or MLP
-  AlignedVector<float> mix;  // [T, hidden] the mixer's or MLP's output, added into x
-  AlignedVector<float> big1, big2, qkv, aux1, aux2;  // the layers' intermediates
-  AlignedVector<float> cos, sin;                     // [T, rotary_dim / 2] RoPE tables
+  ZeroedBuffer<float> x;    // [T, hidden] the residual stream
+  ZeroedBuffer<float> xn;   // [T, hidden] the normed input of a layer's mixer or MLP
+  ZeroedBuffer<float> mix;  // [T, hidden] the mixer's or MLP's output, added into x
+  ZeroedBuffer<float> big1, big2, qkv, aux1, aux2;  // the layers' intermediates
+  ZeroedBuffer<float> cos, sin;                     // [T, rotary_dim / 2] RoPE tables
   AlignedVector<float> rounded;  // project()'s rounded input (sized by project itself)
 
   // Sizes every array but `rounded` for `rows` tokens of a model of config c.

@@ -6,10 +6,17 @@
 // Blocks of kMappedBlockBytes or more are mapped pages of their own, given back to the system
 // when freed: a served request's scratch and keys/values do not stay in the process's heap once
 // it is answered. Allocation failure throws std::bad_alloc.
+//
+// ZeroedBuffer<T> is a fixed-size array of zero-valued T in such a block, for scratch that the
+// parallel kernels fill: a mapped block comes from the system zeroed, so nothing writes it here,
+// and its pages are first touched by the threads that fill them, not by one thread's zero-fill
+// pass beforehand (AlignedVector<T>(n) writes every zero).
 // Thread safety: as std::vector; the block functions are reentrant.
 #pragma once
 #include <cstddef>
 #include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kev {
@@ -18,6 +25,8 @@ inline constexpr size_t kMappedBlockBytes = size_t{1} << 20;
 
 void* allocate_aligned_block(size_t bytes);               // 64-byte aligned; never nullptr
 void free_aligned_block(void* p, size_t bytes) noexcept;  // `bytes` as allocated
+// As allocate_aligned_block, every byte zero (a mapped block as the system gives it).
+void* allocate_zeroed_block(size_t bytes);
 
 template <class T>
 struct CacheAligned {
@@ -32,5 +41,36 @@ struct CacheAligned {
 
 template <class T>
 using AlignedVector = std::vector<T, CacheAligned<T>>;
+
+template <class T>
+class ZeroedBuffer {
+  static_assert(std::is_trivial_v<T>, "ZeroedBuffer holds trivial types (all-zero bytes = 0)");
+
+ public:
+  ZeroedBuffer() = default;
+  explicit ZeroedBuffer(size_t n)
+      : p_(n ? static_cast<T*>(allocate_zeroed_block(n * sizeof(T))) : nullptr), n_(n) {}
+  ZeroedBuffer(ZeroedBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  ZeroedBuffer& operator=(ZeroedBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ZeroedBuffer(const ZeroedBuffer&) = delete;
+  ZeroedBuffer& operator=(const ZeroedBuffer&) = delete;
+  ~ZeroedBuffer() { free_aligned_block(p_, n_ * sizeof(T)); }
+
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }  // also what a move leaves behind
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
 
 }  // namespace kev

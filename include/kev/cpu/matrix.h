@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kev/core/aligned.h"
+
 namespace kev {
 
 // Row-major [rows, cols] BF16 matrix inside a mapping; may be unaligned.
@@ -58,9 +60,10 @@ struct Int4Matrix {
 
 // A BF16 [rows, cols] matrix in vdpbf16ps's pair layout: outputs in groups of 16 (the last
 // zero-padded), k in pairs (cols rounded up to even, zero-padded), per group [pair][16 outputs][2].
+// (A ZeroedBuffer: the packing threads write it from zero without a serial fill pass first.)
 struct Bf16PairMatrix {
   int64_t rows = 0, cols = 0, pairs = 0, groups = 0;
-  std::vector<uint16_t> w;
+  ZeroedBuffer<uint16_t> w;
   size_t bytes() const { return w.size() * sizeof(uint16_t); }
 };
 

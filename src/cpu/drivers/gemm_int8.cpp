@@ -104,14 +104,19 @@ void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_t
   out.blocks = (k_total + kQuantBlock - 1) / kQuantBlock;
   out.kp = out.blocks * kQuantBlock;
   const size_t n = static_cast<size_t>(rows_padded * out.kp);
+  // Every element is written below (each row by the worker that quantizes it, the padding rows
+  // here), so the buffers are only sized: no serial fill pass before the parallel one.
   if (bytes) {
     out.q.clear();
-    out.u.assign(n, uint8_t{128});
+    out.u.resize(n);
+    std::fill(out.u.begin() + rows * out.kp, out.u.end(), uint8_t{128});
   } else {
     out.u.clear();
-    out.q.assign(n, 0);
+    out.q.resize(n);
+    std::fill(out.q.begin() + rows * out.kp, out.q.end(), int16_t{0});
   }
-  out.s.assign(static_cast<size_t>(rows_padded * out.blocks), 0.0f);
+  out.s.resize(static_cast<size_t>(rows_padded * out.blocks));
+  std::fill(out.s.begin() + rows * out.blocks, out.s.end(), 0.0f);
   const float qmax = activation_max(width);
   parallel_for(
       static_cast<size_t>(rows),
@@ -119,12 +124,15 @@ void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_t
         const int64_t m = static_cast<int64_t>(r);
         float* s = out.s.data() + m * out.blocks;
         if (!bytes) {
-          quantize_row_as<int16_t>(fast, x + m * ldx, k_total, out.q.data() + m * out.kp, s, qmax);
+          int16_t* q = out.q.data() + m * out.kp;
+          quantize_row_as<int16_t>(fast, x + m * ldx, k_total, q, s, qmax);
+          std::fill(q + k_total, q + out.kp, int16_t{0});
           return;
         }
         thread_local std::vector<int8_t> q;
         q.resize(static_cast<size_t>(out.kp));
         quantize_row_as<int8_t>(fast, x + m * ldx, k_total, q.data(), s, qmax);
+        std::fill(q.begin() + k_total, q.end(), int8_t{0});
         uint8_t* u = out.u.data() + m * out.kp;
         for (int64_t k = 0; k < out.kp; ++k)
           u[k] = static_cast<uint8_t>(q[static_cast<size_t>(k)] + 128);

@@ -190,7 +190,7 @@ Bf16PairMatrix pack_bf16_pairs(const Bf16Matrix& m, size_t threads) {
   p.cols = m.cols;
   p.pairs = (m.cols + 1) / 2;
   p.groups = (m.rows + kGroup - 1) / kGroup;
-  p.w.assign(static_cast<size_t>(p.groups * p.pairs * kGroup * 2), 0);
+  p.w = ZeroedBuffer<uint16_t>(static_cast<size_t>(p.groups * p.pairs * kGroup * 2));
   parallel_for(
       static_cast<size_t>(p.groups),
       [&](size_t gi) {
@@ -198,8 +198,9 @@ Bf16PairMatrix pack_bf16_pairs(const Bf16Matrix& m, size_t threads) {
         for (int64_t j = 0; j < kGroup && g * kGroup + j < m.rows; ++j) {
           const uint16_t* src = m.data + (g * kGroup + j) * m.cols;
           uint16_t* dst = p.w.data() + (g * p.pairs * kGroup + j) * 2;
-          for (int64_t k = 0; k < m.cols; ++k)  // the mapping may be unaligned
-            std::memcpy(dst + (k / 2) * kGroup * 2 + k % 2, src + k, 2);
+          const int64_t whole = m.cols / 2;  // pairs of two values (the mapping may be unaligned)
+          for (int64_t i = 0; i < whole; ++i) std::memcpy(dst + i * kGroup * 2, src + 2 * i, 4);
+          if (m.cols % 2) std::memcpy(dst + whole * kGroup * 2, src + m.cols - 1, 2);
         }
       },
       threads == 0 ? default_workers() : threads);
@@ -219,13 +220,17 @@ void gemm_bf16_pairs(Bf16Kernel k, const float* x, int64_t rows, int64_t ldx,
   const int64_t rows_padded = (rows + kBf16TileRows - 1) / kBf16TileRows * kBf16TileRows;
   thread_local std::vector<uint16_t> tl;
   std::vector<uint16_t>& xq = tl;  // the workers must see this thread's buffer, not their own
-  xq.assign(static_cast<size_t>(rows_padded * ldxq), 0);
+  // Every element is written: each row's values and padding by the worker that rounds it, the
+  // padding rows here (no serial fill pass before the parallel one).
+  xq.resize(static_cast<size_t>(rows_padded * ldxq));
+  std::fill(xq.begin() + rows * ldxq, xq.end(), uint16_t{0});
   parallel_for(
       static_cast<size_t>(rows),
       [&](size_t r) {
         const float* src = x + static_cast<int64_t>(r) * ldx;
         uint16_t* dst = xq.data() + static_cast<int64_t>(r) * ldxq;
         for (int64_t i = 0; i < w.cols; ++i) dst[i] = f32_to_bf16(src[i]);
+        std::fill(dst + w.cols, dst + ldxq, uint16_t{0});
       },
       threads);
   // Whole tiles of 4 groups per chunk, so only the matrix's last tile is a narrow one.

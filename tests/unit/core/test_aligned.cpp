@@ -1,8 +1,11 @@
 // AlignedVector (kev/core/aligned.h): every block starts on a 64-byte boundary, below and above
 // the size from which blocks are mapped, and keeps its contents through growth across it.
+// ZeroedBuffer: every element zero at every size, also where the heap hands back a block that
+// held other values; moves hand the block over.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "kev/core/aligned.h"
 
@@ -38,6 +41,35 @@ TEST(Aligned, ContentsSurviveGrowthAcrossTheMappedSize) {
   v.clear();
   v.shrink_to_fit();
   EXPECT_EQ(copy.back(), static_cast<float>((copy.size() - 1) % 1000));
+}
+
+TEST(Aligned, ZeroedBuffersAreZeroAtEverySize) {
+  for (size_t n : {size_t{1}, size_t{17}, size_t{1000}, kMappedBlockBytes / 4 - 1,
+                   kMappedBlockBytes / 4, size_t{3} << 20}) {
+    for (int round = 0; round < 3; ++round) {  // freed dirty blocks of the same size come back
+      { AlignedVector<float> dirty(n, 7.0f); }
+      ZeroedBuffer<float> z(n);
+      ASSERT_EQ(z.size(), n);
+      ASSERT_TRUE(aligned64(z.data())) << n;
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(z[i], 0.0f) << n << " " << i;
+      for (size_t i = 0; i < n; ++i) z[i] = 7.0f;  // dirty again for the next round
+    }
+  }
+}
+
+TEST(Aligned, ZeroedBufferMovesHandTheBlockOver) {
+  ZeroedBuffer<int32_t> a(5000);
+  a[4999] = 3;
+  const int32_t* block = a.data();
+  ZeroedBuffer<int32_t> b(std::move(a));
+  EXPECT_EQ(b.data(), block);
+  EXPECT_EQ(b[4999], 3);
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+  a = ZeroedBuffer<int32_t>(10);
+  a = std::move(b);
+  EXPECT_EQ(a.data(), block);
+  EXPECT_EQ(a.size(), 5000u);
+  EXPECT_TRUE(ZeroedBuffer<float>().empty());
 }
 
 }  // namespace
