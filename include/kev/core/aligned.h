@@ -13,6 +13,7 @@
 // pass beforehand (AlignedVector<T>(n) writes every zero).
 // Thread safety: as std::vector; the block functions are reentrant.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <new>
 #include <type_traits>
@@ -49,17 +50,27 @@ class ZeroedBuffer {
  public:
   ZeroedBuffer() = default;
   explicit ZeroedBuffer(size_t n)
-      : p_(n ? static_cast<T*>(allocate_zeroed_block(n * sizeof(T))) : nullptr), n_(n) {}
+      : p_(n ? static_cast<T*>(allocate_zeroed_block(n * sizeof(T))) : nullptr), n_(n), cap_(n) {}
   ZeroedBuffer(ZeroedBuffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+      : p_(std::exchange(o.p_, nullptr)),
+        n_(std::exchange(o.n_, 0)),
+        cap_(std::exchange(o.cap_, 0)) {}
   ZeroedBuffer& operator=(ZeroedBuffer&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
+    std::swap(cap_, o.cap_);
     return *this;
   }
   ZeroedBuffer(const ZeroedBuffer&) = delete;
   ZeroedBuffer& operator=(const ZeroedBuffer&) = delete;
-  ~ZeroedBuffer() { free_aligned_block(p_, n_ * sizeof(T)); }
+  ~ZeroedBuffer() { free_aligned_block(p_, cap_ * sizeof(T)); }
+
+  // n elements for scratch its user overwrites whole: the block is kept where it holds n (its
+  // elements keep whatever they held), else replaced by a new zeroed one.
+  void resize_for_overwrite(size_t n) {
+    if (n > cap_) *this = ZeroedBuffer(n);
+    n_ = n;
+  }
 
   T* data() { return p_; }
   const T* data() const { return p_; }
@@ -67,10 +78,13 @@ class ZeroedBuffer {
   bool empty() const { return n_ == 0; }  // also what a move leaves behind
   T& operator[](size_t i) { return p_[i]; }
   const T& operator[](size_t i) const { return p_[i]; }
+  friend bool operator==(const ZeroedBuffer& a, const ZeroedBuffer& b) {  // as std::vector's
+    return a.n_ == b.n_ && std::equal(a.p_, a.p_ + a.n_, b.p_);
+  }
 
  private:
   T* p_ = nullptr;
-  size_t n_ = 0;
+  size_t n_ = 0, cap_ = 0;
 };
 
 }  // namespace kev

@@ -28,10 +28,12 @@ constexpr int64_t kQ5zBlockBytes = 22;    // a q5z block: q5's 20 bytes, sc, z
 
 // A quantized [rows, cols] matrix, packed for the kernels: outputs in groups of 16 (the last
 // zero-padded), per group [block][pair of k][16 outputs][2] int8, scales [group][block][16].
+// (The packed matrices' arrays are ZeroedBuffers: the packing threads write them from zero
+// without a serial fill pass first.)
 struct Int8Matrix {
   int64_t rows = 0, cols = 0, blocks = 0, groups = 0;
-  std::vector<int8_t> q;
-  std::vector<float> scale;
+  ZeroedBuffer<int8_t> q;
+  ZeroedBuffer<float> scale;
   size_t bytes() const { return q.size() + scale.size() * sizeof(float); }
 };
 
@@ -48,10 +50,10 @@ struct Int8Matrix {
 // becomes 8 t + z at scale d sc / 8, q5z's 4 t + z at d sc / 4) and run the int8 tiles on it.
 struct Int4Matrix {
   int64_t rows = 0, cols = 0, blocks = 0, groups = 0;
-  std::vector<uint8_t> q;
-  std::vector<uint32_t> high;  // q5 and q5z only
-  std::vector<uint16_t> scale;
-  std::vector<uint16_t> super;  // q4z and q5z only
+  ZeroedBuffer<uint8_t> q;
+  ZeroedBuffer<uint32_t> high;  // q5 and q5z only
+  ZeroedBuffer<uint16_t> scale;
+  ZeroedBuffer<uint16_t> super;  // q4z and q5z only
   size_t bytes() const {
     return q.size() + high.size() * sizeof(uint32_t) +
            (scale.size() + super.size()) * sizeof(uint16_t);
@@ -60,7 +62,6 @@ struct Int4Matrix {
 
 // A BF16 [rows, cols] matrix in vdpbf16ps's pair layout: outputs in groups of 16 (the last
 // zero-padded), k in pairs (cols rounded up to even, zero-padded), per group [pair][16 outputs][2].
-// (A ZeroedBuffer: the packing threads write it from zero without a serial fill pass first.)
 struct Bf16PairMatrix {
   int64_t rows = 0, cols = 0, pairs = 0, groups = 0;
   ZeroedBuffer<uint16_t> w;

@@ -205,8 +205,8 @@ Int8Matrix quantize_int8(const Bf16Matrix& w, size_t threads) {
   m.cols = w.cols;
   m.blocks = (w.cols + kQuantBlock - 1) / kQuantBlock;
   m.groups = (w.rows + kGroup - 1) / kGroup;
-  m.q.assign(static_cast<size_t>(m.groups * kGroup * m.blocks * kQuantBlock), 0);
-  m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0.0f);
+  m.q = ZeroedBuffer<int8_t>(static_cast<size_t>(m.groups * kGroup * m.blocks * kQuantBlock));
+  m.scale = ZeroedBuffer<float>(static_cast<size_t>(m.groups * m.blocks * kGroup));
   const bool fast = gemm_level() != Isa::kPortable;  // the same values either way
   parallel_for(
       static_cast<size_t>(m.groups),
@@ -490,8 +490,8 @@ Int8Matrix pack_q8_rows(const void* q_rows, const void* scale_rows, int64_t rows
                         size_t threads) {
   Int8Matrix m;
   set_packed_shape(m, rows, cols);
-  m.q.assign(static_cast<size_t>(m.groups * kGroup * m.blocks * kQuantBlock), 0);
-  m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0.0f);
+  m.q = ZeroedBuffer<int8_t>(static_cast<size_t>(m.groups * kGroup * m.blocks * kQuantBlock));
+  m.scale = ZeroedBuffer<float>(static_cast<size_t>(m.groups * m.blocks * kGroup));
   const auto* qs = static_cast<const int8_t*>(q_rows);
   const auto* ss = static_cast<const uint8_t*>(scale_rows);
   const int64_t kp = m.blocks * kQuantBlock;
@@ -517,10 +517,12 @@ Int4Matrix pack_low_bit_rows(const void* q_rows, const void* scale_rows, int64_t
   Int4Matrix m;
   set_packed_shape(m, rows, cols);
   const int64_t supers = (m.blocks + kFittedSuperBlock - 1) / kFittedSuperBlock;
-  m.q.assign(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup), 0);
-  if (form.fifth()) m.high.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
-  m.scale.assign(static_cast<size_t>(m.groups * m.blocks * kGroup), 0);
-  if (form.fitted()) m.super.assign(static_cast<size_t>(m.groups * supers * kGroup), 0);
+  m.q = ZeroedBuffer<uint8_t>(static_cast<size_t>(m.groups * m.blocks * kPairs * kGroup));
+  if (form.fifth())
+    m.high = ZeroedBuffer<uint32_t>(static_cast<size_t>(m.groups * m.blocks * kGroup));
+  m.scale = ZeroedBuffer<uint16_t>(static_cast<size_t>(m.groups * m.blocks * kGroup));
+  if (form.fitted())
+    m.super = ZeroedBuffer<uint16_t>(static_cast<size_t>(m.groups * supers * kGroup));
   const auto* qs = static_cast<const uint8_t*>(q_rows);
   const auto* ss = static_cast<const uint8_t*>(scale_rows);
   const int64_t row_bytes = m.blocks * form.block_bytes();
@@ -627,8 +629,8 @@ void widen_and_run(const KernelRange& range, const QuantRows& a, int64_t rows, c
   chunk.cols = w.cols;
   chunk.blocks = w.blocks;
   chunk.groups = n;
-  chunk.q.resize(static_cast<size_t>(n * group_bytes * 2));
-  chunk.scale.resize(static_cast<size_t>(n * group_scales));
+  chunk.q.resize_for_overwrite(static_cast<size_t>(n * group_bytes * 2));  // written whole below
+  chunk.scale.resize_for_overwrite(static_cast<size_t>(n * group_scales));
   const uint8_t* src = w.q.data() + g0 * group_bytes;
   int8_t* dst = chunk.q.data();
   if (w.high.empty()) {
