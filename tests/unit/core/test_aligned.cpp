@@ -1,7 +1,8 @@
 // AlignedVector (kev/core/aligned.h): every block starts on a 64-byte boundary, below and above
 // the size from which blocks are mapped, and keeps its contents through growth across it.
 // ZeroedBuffer: every element zero at every size, also where the heap hands back a block that
-// held other values; moves hand the block over.
+// held other values; moves hand the block over; resize_for_overwrite keeps a block that holds
+// the size asked for and replaces a smaller one with a zeroed one.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -70,6 +71,25 @@ TEST(Aligned, ZeroedBufferMovesHandTheBlockOver) {
   EXPECT_EQ(a.data(), block);
   EXPECT_EQ(a.size(), 5000u);
   EXPECT_TRUE(ZeroedBuffer<float>().empty());
+}
+
+TEST(Aligned, ResizeForOverwriteKeepsABlockThatHoldsItAndZeroesANewOne) {
+  ZeroedBuffer<float> z;
+  z.resize_for_overwrite(1000);
+  ASSERT_EQ(z.size(), 1000u);
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(z[i], 0.0f) << i;
+  z[999] = 5.0f;
+  const float* block = z.data();
+  z.resize_for_overwrite(10);  // fits: the same block, its elements as they were
+  EXPECT_EQ(z.size(), 10u);
+  EXPECT_EQ(z.data(), block);
+  z.resize_for_overwrite(1000);
+  EXPECT_EQ(z.data(), block);
+  EXPECT_EQ(z[999], 5.0f);
+  z.resize_for_overwrite(kMappedBlockBytes);  // more than it holds: a new zeroed block
+  ASSERT_EQ(z.size(), kMappedBlockBytes);
+  for (size_t i = 0; i < z.size(); i += 997) ASSERT_EQ(z[i], 0.0f) << i;
+  EXPECT_TRUE(aligned64(z.data()));
 }
 
 }  // namespace
