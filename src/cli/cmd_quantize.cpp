@@ -71,8 +71,8 @@ const bool quantize_registered = kev::cli::register_command(
           ->check(kev::cli::one_of({"q4z", "q4", "q8"}))
           ->default_str("q4z");
       app.add_option("--q8", o->q8,
-                     "projection rows stored at 8 bits, as class[@first-last],... or none "
-                     "(default: the format's)");
+                     "projection rows stored at 8 bits, as class[@first-last],... (layers as plain "
+                     "decimals) or none (default: the format's)");
       app.add_option("--q4", o->q4,
                      "projection rows stored at 4 bits by q4's rule (same syntax; it and --q4z "
                      "replace the format's 4-bit rows)");

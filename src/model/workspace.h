@@ -12,8 +12,8 @@ namespace kev {
 
 // 64-byte aligned starts: rows are aligned too where a width is a multiple of 16 floats (every
 // width at the released dimensions), so the kernels' row loads do not straddle cache lines. The
-// arrays start zero without a zero-fill pass (ZeroedBuffer: a pass's scratch is first touched by
-// the parallel kernels that write it).
+// arrays start zero without a serial zero-fill pass where they are mapped (ZeroedBuffer: a long
+// pass's scratch is first touched by the parallel kernels that write it).
 // What each array holds changes from layer to layer; attention.cpp, gdn.cpp and mlp.cpp say
 // which they use for what.
 struct Workspace {

@@ -7,14 +7,16 @@
 // when freed: a served request's scratch and keys/values do not stay in the process's heap once
 // it is answered. Allocation failure throws std::bad_alloc.
 //
-// ZeroedBuffer<T> is a fixed-size array of zero-valued T in such a block, for scratch that the
-// parallel kernels fill: a mapped block comes from the system zeroed, so nothing writes it here,
-// and its pages are first touched by the threads that fill them, not by one thread's zero-fill
-// pass beforehand (AlignedVector<T>(n) writes every zero).
+// ZeroedBuffer<T> is a move-only array of trivial T in such a block that starts zero: a mapped
+// block as the system gives it (nothing writes it, so its pages are first touched by the threads
+// that fill them, not by one thread's zero-fill pass beforehand, as AlignedVector<T>(n) does), a
+// smaller one memset. For packed weights and scratch that parallel kernels fill;
+// resize_for_overwrite keeps a block's old contents where it fits.
 // Thread safety: as std::vector; the block functions are reentrant.
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -50,15 +52,16 @@ class ZeroedBuffer {
  public:
   ZeroedBuffer() = default;
   explicit ZeroedBuffer(size_t n)
-      : p_(n ? static_cast<T*>(allocate_zeroed_block(n * sizeof(T))) : nullptr), n_(n), cap_(n) {}
+      : p_(n ? static_cast<T*>(allocate_zeroed_block(bytes_of(n))) : nullptr), n_(n), cap_(n) {}
   ZeroedBuffer(ZeroedBuffer&& o) noexcept
       : p_(std::exchange(o.p_, nullptr)),
         n_(std::exchange(o.n_, 0)),
         cap_(std::exchange(o.cap_, 0)) {}
-  ZeroedBuffer& operator=(ZeroedBuffer&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    std::swap(cap_, o.cap_);
+  ZeroedBuffer& operator=(ZeroedBuffer&& o) noexcept {  // frees the old block now; o is left empty
+    ZeroedBuffer taken(std::move(o));
+    std::swap(p_, taken.p_);
+    std::swap(n_, taken.n_);
+    std::swap(cap_, taken.cap_);
     return *this;
   }
   ZeroedBuffer(const ZeroedBuffer&) = delete;
@@ -83,6 +86,11 @@ class ZeroedBuffer {
   }
 
  private:
+  static size_t bytes_of(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
+    return n * sizeof(T);
+  }
+
   T* p_ = nullptr;
   size_t n_ = 0, cap_ = 0;
 };

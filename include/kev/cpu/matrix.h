@@ -3,8 +3,8 @@
 // Int8Matrix and Bf16PairMatrix at load time through gemm_int8.h and precision_kernels.h).
 //
 // Contract: a Bf16Matrix views memory it does not own (row-major, possibly unaligned); the packed
-// matrices own their bytes and have one layout on every CPU, so packing never depends on the
-// kernel that will read it.
+// matrices own their bytes (move-only) and have one layout on every CPU, so packing never
+// depends on the kernel that will read it.
 #pragma once
 #include <cstddef>
 #include <cstdint>

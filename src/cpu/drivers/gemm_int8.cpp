@@ -104,8 +104,9 @@ void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_t
   out.blocks = (k_total + kQuantBlock - 1) / kQuantBlock;
   out.kp = out.blocks * kQuantBlock;
   const size_t n = static_cast<size_t>(rows_padded * out.kp);
-  // Every element is written below (each row by the worker that quantizes it, the padding rows
-  // here), so the buffers are only sized: no serial fill pass before the parallel one.
+  // Every element is written below (each row whole, its last block's padding included, by the
+  // worker that quantizes it; the padding rows here), so the buffers are only sized: no serial
+  // fill pass before the parallel one.
   if (bytes) {
     out.q.clear();
     out.u.resize(n);
@@ -125,14 +126,12 @@ void quantize_activations(const float* x, int64_t rows, int64_t ldx, int64_t k_t
         float* s = out.s.data() + m * out.blocks;
         if (!bytes) {
           int16_t* q = out.q.data() + m * out.kp;
-          quantize_row_as<int16_t>(fast, x + m * ldx, k_total, q, s, qmax);
-          std::fill(q + k_total, q + out.kp, int16_t{0});
+          quantize_row_as<int16_t>(fast, x + m * ldx, k_total, q, s, qmax);  // pads with zeros
           return;
         }
         thread_local std::vector<int8_t> q;
         q.resize(static_cast<size_t>(out.kp));
         quantize_row_as<int8_t>(fast, x + m * ldx, k_total, q.data(), s, qmax);
-        std::fill(q.begin() + k_total, q.end(), int8_t{0});
         uint8_t* u = out.u.data() + m * out.kp;
         for (int64_t k = 0; k < out.kp; ++k)
           u[k] = static_cast<uint8_t>(q[static_cast<size_t>(k)] + 128);

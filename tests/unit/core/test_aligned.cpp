@@ -70,6 +70,8 @@ TEST(Aligned, ZeroedBufferMovesHandTheBlockOver) {
   a = std::move(b);
   EXPECT_EQ(a.data(), block);
   EXPECT_EQ(a.size(), 5000u);
+  EXPECT_TRUE(b.empty());  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+  EXPECT_THROW(ZeroedBuffer<int32_t>(SIZE_MAX / 2), std::bad_array_new_length);
   EXPECT_TRUE(ZeroedBuffer<float>().empty());
 }
 
