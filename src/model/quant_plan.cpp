@@ -32,18 +32,15 @@ enum Class {
   kClasses
 };
 static_assert(kClasses == kProjectionClasses);
-constexpr const auto& kClassNames = kProjectionClassNames;
 
 // A count: decimal digits only, no sign or space, no leading zero but "0" itself, at most 18
 // digits (so it fits int64_t with room); nullopt otherwise.
 std::optional<int64_t> parse_count(std::string_view s) {
   if (s.empty() || s.size() > 18 || (s.size() > 1 && s[0] == '0')) return std::nullopt;
-  for (char c : s)
-    if (c < '0' || c > '9') return std::nullopt;
-  int64_t v = 0;
+  uint64_t v = 0;  // unsigned: from_chars takes no sign, space or prefix
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
+  return static_cast<int64_t>(v);
 }
 
 // `first-last` (parse_count each, split at the first '-'); nullopt where malformed.
@@ -92,7 +89,7 @@ LayerSelection parse_selection(std::string_view spec, int64_t layers, std::strin
     bool found = false;
     for (int c = 0; c < kClasses; ++c) {
       const bool qkv = c >= kGdnQ && c <= kGdnV && name == "gdn_qkv";
-      if (name != "all" && !qkv && name != kClassNames[c]) continue;
+      if (name != "all" && !qkv && name != kProjectionClassNames[c]) continue;
       found = true;
       for (int64_t l = first; l <= last; ++l) s.layers[c][static_cast<size_t>(l)] = true;
     }
@@ -155,7 +152,8 @@ std::string late_layers_spec(int64_t first, int64_t layers) {
   std::string spec;
   for (int c = 0; c < kClasses; ++c) {
     if (c == kGdnQ || c == kGdnK) continue;
-    spec += fmt::format("{}{}@{}-{}", spec.empty() ? "" : ",", kClassNames[c], first, layers - 1);
+    spec += fmt::format("{}{}@{}-{}", spec.empty() ? "" : ",", kProjectionClassNames[c], first,
+                        layers - 1);
   }
   return spec;
 }
@@ -164,7 +162,7 @@ std::string bf16_default_spec() {
   std::string spec;
   for (int c = 0; c < kClasses; ++c)
     if (c != kGdnQ && c != kGdnK)
-      spec += fmt::format("{}{}", spec.empty() ? "" : ",", kClassNames[c]);
+      spec += fmt::format("{}{}", spec.empty() ? "" : ",", kProjectionClassNames[c]);
   return spec;
 }
 
@@ -197,7 +195,7 @@ std::vector<ProjectionPlan> quantization_plan(const ModelConfig& c, const QuantS
         if (!by_kind[i].first->has(layer, cls)) continue;
         if (chosen)
           fail(ErrorKind::kBadInput, "{} and {} both select {} of layer {}", *chosen,
-               *by_kind[i].second, kClassNames[cls], layer);
+               *by_kind[i].second, kProjectionClassNames[cls], layer);
         chosen = by_kind[i].second;
         kind = kinds[i];
       }
