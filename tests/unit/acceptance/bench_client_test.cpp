@@ -176,8 +176,10 @@ class OneShotServer {
           "Content-Length: " +
           std::to_string(body.size()) + "\r\n\r\n" + body;
       if (need != std::string::npos) {
-        ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        // Counted before it is sent: the client can read the reply (and the test check the
+        // count) before this thread would run again after send().
         answered_.fetch_add(1);
+        ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
       }
       ::close(c);
     }
