@@ -69,9 +69,10 @@ struct AttentionTask {
   int64_t g, r0, r1;  // key/value head g, the segment's query rows [r0, r1)
 };
 
-std::vector<AttentionTask> plan_tasks(const std::vector<Segment>& segs, int64_t kv_heads) {
+std::vector<AttentionTask> plan_tasks(const std::vector<Segment>& segs,
+                                      const std::vector<size_t>& wave, int64_t kv_heads) {
   std::vector<AttentionTask> tasks;
-  for (size_t si = 0; si < segs.size(); ++si)
+  for (size_t si : wave)
     for (int64_t g = 0; g < kv_heads; ++g)
       for (int64_t r0 = 0; r0 < segs[si].len; r0 += kAttentionQueryRows)
         tasks.push_back({si, g, r0, std::min(segs[si].len, r0 + kAttentionQueryRows)});
@@ -238,10 +239,10 @@ class AttentionBlock {
   TaskScratch qp_, op_, p_;
 };
 
-// Runs every task of the plan; a task whose rows are all unread (trimmed) does nothing.
+// Runs every task of one wave's plan; a task whose rows are all unread (trimmed) does nothing.
 void run_tasks(const LayerPass& pass, const AttentionArrays& a, int64_t layer,
-               const std::vector<Segment>& segs, bool trimmed) {
-  const std::vector<AttentionTask> tasks = plan_tasks(segs, pass.c.kv_heads);
+               const std::vector<Segment>& segs, const std::vector<size_t>& wave, bool trimmed) {
+  const std::vector<AttentionTask> tasks = plan_tasks(segs, wave, pass.c.kv_heads);
   parallel_for(
       tasks.size(),
       [&](size_t ti) {
@@ -271,7 +272,7 @@ void save_keys_values(const LayerPass& pass, int64_t layer, const Segment& s,
 }  // namespace
 
 void run_attention(LayerPass& pass, const AttentionWeights& w, int64_t layer,
-                   const std::vector<Segment>& segs, LayerState* st, bool trimmed) {
+                   const std::vector<Segment>& segs, bool trimmed) {
   Workspace& ws = pass.ws;
   const AttentionArrays a{ws.big1.data(), ws.qkv.data(), ws.aux2.data(), ws.big2.data(),
                           ws.aux1.data()};
@@ -281,8 +282,11 @@ void run_attention(LayerPass& pass, const AttentionWeights& w, int64_t layer,
   pass.project(ws.xn.data(), h, w.k, a.k);
   pass.project(ws.xn.data(), h, w.v, a.v);
   norm_and_rope(pass, w, a, any_query);
-  run_tasks(pass, a, layer, segs, trimmed);
-  if (st) save_keys_values(pass, layer, segs[0], a, *st);
+  for (const std::vector<size_t>& wave : pass.waves) {
+    run_tasks(pass, a, layer, segs, wave, trimmed);
+    for (size_t i : wave)
+      if (pass.building[i]) save_keys_values(pass, layer, segs[i], a, *pass.building[i]);
+  }
   if (!trimmed) {
     pass.project(a.out, out_w, w.o, ws.mix.data());
     return;

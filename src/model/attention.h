@@ -16,8 +16,9 @@
 //
 // Reads ws.xn and the RoPE tables, writes ws.mix (the layer's output). trimmed (the last layer,
 // some rows unread): queries and outputs of the read rows only, and the output projection runs
-// on them alone, moved to the front of the batch. With st (one segment only) the extended
-// state's keys/values are stored there: the prefix's blocks (shared) and one of the segment's.
+// on them alone, moved to the front of the batch. The tasks run wave by wave (LayerPass::waves);
+// a segment whose state is being built (LayerPass::building) gets its extended keys/values
+// stored there before the next wave: its prefix's blocks (shared) and one of its own.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -28,6 +29,6 @@
 namespace kev {
 
 void run_attention(LayerPass& pass, const AttentionWeights& a, int64_t layer,
-                   const std::vector<Segment>& segs, LayerState* st, bool trimmed);
+                   const std::vector<Segment>& segs, bool trimmed);
 
 }  // namespace kev

@@ -34,8 +34,8 @@ class CpuBackend final : public Backend {
   }
 
   void run(const ForwardOptions& o, std::vector<Segment>& segs, std::vector<float>& out,
-           PrefixState* state_out) const override {
-    run_layers(w_, o, kernels_, int8_.get(), bf16_.get(), segs, out, state_out);
+           std::vector<PrefixState>* states) const override {
+    run_layers(w_, o, kernels_, int8_.get(), bf16_.get(), segs, out, states);
   }
 
   std::shared_ptr<const BackendState> empty_state() const override {

@@ -12,7 +12,10 @@
 // prefix cache only count their buffers.
 //
 // Contract of run(): run_layers' (layers.h): the final-normed hidden states of the read rows,
-// segment after segment; with state_out (one segment only) the extended state. A backend keeps
+// segment after segment; in `states` the extended state of each segment that keeps it. A
+// segment may continue another of the same pass (Segment::continues): the pass then runs the
+// layer's mixing segment after segment along the chain, and its projections once for all the
+// rows, so one stream of the weights makes every point of a state. A backend keeps
 // the Model's guarantees (model.h): a row's bits do not depend on the rows beside it, the batch,
 // the thread count or the prefill step.
 // Thread safety: the registry may be used from any thread; run() may run on several threads at
@@ -43,6 +46,11 @@ struct Segment {
   bool read_all = true;
   std::vector<int64_t> read;
   int64_t out_offset = 0;
+  // continues >= 0: this segment continues the extended state of that earlier segment of the
+  // same pass (which is as if it had been made by a pass before; `from` is then not read).
+  // keep_state: the pass returns this segment's extended state.
+  int64_t continues = -1;
+  bool keep_state = false;
 };
 
 class Backend {
@@ -51,8 +59,10 @@ class Backend {
   virtual const char* name() const = 0;
   // Makes ready what `options` needs (a fast precision's prepared projections), once each.
   virtual void prepare(const ForwardOptions& options) = 0;
+  // states (if not null) receives the extended state of each segment with keep_state, in
+  // segment order.
   virtual void run(const ForwardOptions& options, std::vector<Segment>& segs,
-                   std::vector<float>& out, PrefixState* state_out) const = 0;
+                   std::vector<float>& out, std::vector<PrefixState>* states) const = 0;
   // The state before any token.
   virtual std::shared_ptr<const BackendState> empty_state() const = 0;
   // Error(kInternal) unless run() can continue `s` (a state of this backend's kind, for these

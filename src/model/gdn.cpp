@@ -84,16 +84,17 @@ void conv_block_scalar(const LayerPass& pass, const GdnWeights& gw, const Segmen
   }
 }
 
-// Causal depthwise convolution over (history, segment), then SiLU: a task per segment and block
-// of channels.
+// Causal depthwise convolution over (history, segment), then SiLU, for the segments of one wave
+// (indices into segs): a task per segment and block of channels.
 void causal_conv(const LayerPass& pass, const GdnWeights& gw, int64_t layer,
-                 const std::vector<Segment>& segs, const GdnArrays& a) {
+                 const std::vector<Segment>& segs, const std::vector<size_t>& wave,
+                 const GdnArrays& a) {
   const int64_t cd = pass.c.conv_dim();
   const int64_t nblocks = (cd + kConvBlock - 1) / kConvBlock;
   parallel_for(
-      segs.size() * sz(nblocks),
+      wave.size() * sz(nblocks),
       [&](size_t task) {
-        const Segment& s = segs[task / sz(nblocks)];
+        const Segment& s = segs[wave[task / sz(nblocks)]];
         const int64_t c0 = static_cast<int64_t>(task % sz(nblocks)) * kConvBlock;
         const int64_t c1 = std::min(cd, c0 + kConvBlock);
         if (pass.c.conv_kernel <= kMaxConvTaps)
@@ -149,18 +150,22 @@ void save_conv_history(const LayerPass& pass, int64_t layer, const Segment& s, c
   }
 }
 
-// The gated delta rule: a task per segment and value head, each from its prefix's state.
+// The gated delta rule for the segments of one wave: a task per segment and value head, each from
+// its prefix's state; a segment's final state into the state being built for it, if any.
 void delta_rule(const LayerPass& pass, int64_t layer, const std::vector<Segment>& segs,
-                const GdnArrays& a, LayerState* st) {
+                const std::vector<size_t>& wave, const GdnArrays& a) {
   const ModelConfig& c = pass.c;
   const int64_t cd = c.conv_dim(), lk = c.linear_key_heads, lv = c.linear_value_heads,
                 dk = c.linear_key_dim, dv = c.linear_value_dim, vt = c.lin_v_total(),
                 group = lv / lk;
-  if (st) st->s.assign(sz(recurrent_state_floats(c)), 0.0f);
+  for (size_t i : wave)
+    if (pass.building[i]) pass.building[i]->s.assign(sz(recurrent_state_floats(c)), 0.0f);
   parallel_for(
-      segs.size() * sz(lv),
+      wave.size() * sz(lv),
       [&](size_t task) {
-        const Segment& s = segs[task / sz(lv)];
+        const size_t si = wave[task / sz(lv)];
+        const Segment& s = segs[si];
+        LayerState* st = pass.building[si];
         const LayerState& in = layer_in(s, layer);
         const int64_t hh = static_cast<int64_t>(task % sz(lv));
         const int64_t kh = hh / group;
@@ -207,8 +212,8 @@ void gated_norm(const LayerPass& pass, const GdnWeights& gw, const GdnArrays& a)
 
 }  // namespace
 
-void run_gdn(LayerPass& pass, const GdnWeights& gw, int64_t layer, const std::vector<Segment>& segs,
-             LayerState* st) {
+void run_gdn(LayerPass& pass, const GdnWeights& gw, int64_t layer,
+             const std::vector<Segment>& segs) {
   Workspace& ws = pass.ws;
   const GdnArrays a{ws.qkv.data(),  ws.aux1.data(), ws.big1.data(),
                     ws.big2.data(), ws.aux2.data(), ws.mix.data()};
@@ -217,10 +222,15 @@ void run_gdn(LayerPass& pass, const GdnWeights& gw, int64_t layer, const std::ve
   pass.project(ws.xn.data(), h, gw.z, a.z);
   pass.project_fp32(ws.xn.data(), h, gw.a, a.g);
   pass.project_fp32(ws.xn.data(), h, gw.b, a.beta);
-  causal_conv(pass, gw, layer, segs, a);
+  // Wave after wave: a segment continuing another reads the conv history and recurrent state
+  // its predecessor saved in the wave before.
+  for (const std::vector<size_t>& wave : pass.waves) {
+    causal_conv(pass, gw, layer, segs, wave, a);
+    for (size_t i : wave)
+      if (pass.building[i]) save_conv_history(pass, layer, segs[i], a.raw, *pass.building[i]);
+  }
   normalize_and_gate(pass, gw, a);
-  if (st) save_conv_history(pass, layer, segs[0], a.raw, *st);
-  delta_rule(pass, layer, segs, a, st);
+  for (const std::vector<size_t>& wave : pass.waves) delta_rule(pass, layer, segs, wave, a);
   gated_norm(pass, gw, a);
   pass.project(a.o, pass.c.lin_v_total(), gw.out, ws.mix.data());
 }

@@ -8,8 +8,9 @@
 // (repeat_interleave, not tile); the gated delta rule (gdn_recurrence.h) per value head; then a
 // gated RMSNorm per head, rmsnorm(o) * w * silu(z) (weight w, not 1 + w), and out_proj.
 //
-// Reads ws.xn, writes ws.mix (the layer's output, [rows, hidden]). With st (one segment only)
-// the segment's extended conv history and recurrent state are stored there.
+// Reads ws.xn, writes ws.mix (the layer's output, [rows, hidden]). The conv and the delta rule run
+// wave by wave (LayerPass::waves); a segment whose state is being built (LayerPass::building)
+// gets its extended conv history and recurrent state stored there before the next wave.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,7 +20,7 @@
 
 namespace kev {
 
-void run_gdn(LayerPass& pass, const GdnWeights& gw, int64_t layer, const std::vector<Segment>& segs,
-             LayerState* st);
+void run_gdn(LayerPass& pass, const GdnWeights& gw, int64_t layer,
+             const std::vector<Segment>& segs);
 
 }  // namespace kev

@@ -49,6 +49,12 @@ struct LayerPass {
   // When some rows are not read: the batch rows that are (ascending), and a flag per row.
   std::vector<int64_t> read_rows;
   std::vector<char> read_mask;
+  // The segments' mixing order: waves of segment indices; a segment continuing another
+  // (Segment::continues) runs in a later wave than it. One wave for a pass without chains.
+  std::vector<std::vector<size_t>> waves;
+  // Per segment, the layer's part of its extended state being built (null: not kept and not
+  // continued): written by the layer's mixer before the next wave reads it.
+  std::vector<LayerState*> building;
 
   float eps() const { return static_cast<float>(c.rms_eps); }
   // y[rows, m.rows] = x * m^T: a big projection in the pass's precision (model.h).

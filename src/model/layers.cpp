@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "kev/core/bf16.h"
+#include "kev/core/error.h"
 #include "kev/core/fixed_math.h"
 #include "model/attention.h"
 #include "model/cpu_state.h"
@@ -19,13 +20,74 @@
 namespace kev {
 namespace {
 
+// The states a pass builds: one for each segment that keeps its state or that a later segment
+// continues. A continuing segment reads its predecessor's state through a link (a PrefixState
+// over the state being built, layer by layer, its `from` while the pass runs), and runs its
+// mixing in a later wave (LayerPass::waves).
+class Chains {
+ public:
+  Chains(const ModelConfig& c, std::vector<Segment>& segs, LayerPass& pass)
+      : segs_(segs), built_(segs.size()), links_(segs.size()), from_(segs.size()) {
+    for (size_t i = 0; i < segs.size(); ++i) {
+      from_[i] = segs[i].from;
+      if (segs[i].continues >= static_cast<int64_t>(i))
+        fail(ErrorKind::kInternal, "segment {} continues segment {}, not an earlier one", i,
+             segs[i].continues);
+    }
+    std::vector<size_t> depth(segs.size(), 0);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      Segment& s = segs[i];
+      if (s.keep_state) built_[i] = std::make_shared<CpuState>(sz(c.layers));
+      if (s.continues < 0) continue;
+      const auto p = sz(s.continues);
+      if (!built_[p]) built_[p] = std::make_shared<CpuState>(sz(c.layers));
+      const int64_t start = segs[p].continues >= 0 ? links_[p].length : segs[p].from->length;
+      links_[i] = PrefixState{start + segs[p].len, built_[p]};
+      depth[i] = depth[p] + 1;
+    }
+    for (size_t i = 0; i < segs.size(); ++i) {
+      if (depth[i] >= pass.waves.size()) pass.waves.resize(depth[i] + 1);
+      pass.waves[depth[i]].push_back(i);
+    }
+    pass.building.assign(segs.size(), nullptr);
+    for (size_t i = 0; i < segs.size(); ++i)  // last: nothing after this throws
+      if (segs[i].continues >= 0) segs[i].from = &links_[i];
+  }
+
+  // Points the pass at layer l's part of each state being built.
+  void select_layer(int64_t l, LayerPass& pass) const {
+    for (size_t i = 0; i < built_.size(); ++i)
+      pass.building[i] = built_[i] ? &built_[i]->layers[sz(l)] : nullptr;
+  }
+
+  // The kept states, in segment order.
+  void finish(std::vector<PrefixState>* states) const {
+    if (!states) return;
+    for (size_t i = 0; i < segs_.size(); ++i)
+      if (segs_[i].keep_state)
+        states->push_back(PrefixState{segs_[i].from->length + segs_[i].len, built_[i]});
+  }
+  // The segments get their own `from` back, however the pass ended.
+  ~Chains() {
+    for (size_t i = 0; i < segs_.size(); ++i) segs_[i].from = from_[i];
+  }
+  Chains(const Chains&) = delete;
+  Chains& operator=(const Chains&) = delete;
+
+ private:
+  std::vector<Segment>& segs_;
+  std::vector<std::shared_ptr<CpuState>> built_;
+  std::vector<PrefixState> links_;
+  std::vector<const PrefixState*> from_;
+};
+
 class Runner {
  public:
   Runner(const ModelWeights& w, const ForwardOptions& o, const ModelKernels& kernels,
          const Int8Weights* int8, const Bf16DotWeights* bf16)
       : pass_(w, o, kernels, int8, bf16), c_(pass_.c) {}
 
-  void run(std::vector<Segment>& segs, std::vector<float>& out, PrefixState* state_out) {
+  void run(std::vector<Segment>& segs, std::vector<float>& out, std::vector<PrefixState>* states) {
     int64_t total = 0;
     for (auto& s : segs) {
       s.offset = total;
@@ -36,14 +98,12 @@ class Runner {
     embed(segs);
     rope_tables(segs);
     const bool trim = plan_reads(segs);
-    std::shared_ptr<CpuState> extended;
-    if (state_out) extended = std::make_shared<CpuState>(sz(c_.layers));
+    Chains chains(c_, segs, pass_);
     for (int64_t l = 0; l < c_.layers; ++l) {
-      LayerState* st = extended ? &extended->layers[sz(l)] : nullptr;
-      if (!run_layer(l, segs, st, trim && l == c_.layers - 1)) break;
+      chains.select_layer(l, pass_);
+      if (!run_layer(l, segs, trim && l == c_.layers - 1)) break;
     }
-    if (state_out)
-      *state_out = PrefixState{segs[0].from->length + segs[0].len, std::move(extended)};
+    chains.finish(states);
     out.resize(sz(pass_.rows * c_.hidden));
     rmsnorm_rows(pass_.k, pass_.ws.x.data(), out.data(), pass_.rows, c_.hidden,
                  pass_.w.final_norm().data(), true, pass_.eps(), pass_.threads);
@@ -52,16 +112,16 @@ class Runner {
  private:
   // Layer l over the batch. last_trimmed (the last layer, some rows unread): after the mixer only
   // the read rows go on, moved to the front. False when no row is left to run.
-  bool run_layer(int64_t l, const std::vector<Segment>& segs, LayerState* st, bool last_trimmed) {
+  bool run_layer(int64_t l, const std::vector<Segment>& segs, bool last_trimmed) {
     const LayerWeights& lw = pass_.w.layers()[sz(l)];
     Workspace& ws = pass_.ws;
     const int64_t h = c_.hidden;
     rmsnorm_rows(pass_.k, ws.x.data(), ws.xn.data(), pass_.rows, h, lw.input_norm.data(), true,
                  pass_.eps(), pass_.threads);
     if (lw.full_attention) {
-      run_attention(pass_, lw.attn, l, segs, st, last_trimmed);
+      run_attention(pass_, lw.attn, l, segs, last_trimmed);
     } else {
-      run_gdn(pass_, lw.gdn, l, segs, st);
+      run_gdn(pass_, lw.gdn, l, segs);
       if (last_trimmed) pass_.keep_read_rows(ws.mix.data(), h);
     }
     if (last_trimmed) {
@@ -148,8 +208,8 @@ class Runner {
 
 void run_layers(const ModelWeights& w, const ForwardOptions& options, const ModelKernels& kernels,
                 const Int8Weights* int8, const Bf16DotWeights* bf16, std::vector<Segment>& segs,
-                std::vector<float>& out, PrefixState* state_out) {
-  Runner(w, options, kernels, int8, bf16).run(segs, out, state_out);
+                std::vector<float>& out, std::vector<PrefixState>* states) {
+  Runner(w, options, kernels, int8, bf16).run(segs, out, states);
 }
 
 }  // namespace kev

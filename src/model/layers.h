@@ -22,16 +22,18 @@ namespace kev {
 // >= 1) stay within fixed_sin/fixed_cos's range (kFixedTrigMaxArg, fixed_math.h).
 inline constexpr int64_t kMaxPosition = int64_t{1} << 20;
 
-// Runs the segments (each continuing its own `from`, which may differ between segments) and
-// writes the final-normed hidden states of the read rows into out: [R, H], segment after segment,
-// each segment's read rows in ascending order (all rows: [T, H]). Work whose result is never
-// read is skipped: in the last layer, the attention output of unread rows, and for unread rows
-// the last layer's output projection, MLP and final norm (a state's prefill reads none); a read
-// row's bits do not change (every step is per row). With state_out (only for one segment) the
-// extended state is returned there.
+// Runs the segments (each continuing its own `from`, which may differ between segments, or an
+// earlier segment of the pass: Segment::continues) and writes the final-normed hidden states of
+// the read rows into out: [R, H], segment after segment, each segment's read rows in ascending
+// order (all rows: [T, H]). Work whose result is never read is skipped: in the last layer, the
+// attention output of unread rows, and for unread rows the last layer's output projection, MLP
+// and final norm (a state's prefill reads none); a read row's bits do not change (every step is
+// per row, and a chained segment reads exactly the state a pass of its own would have been
+// given). `states` (if not null) receives the extended state of each segment with keep_state.
+// A `continues` that does not name an earlier segment is Error(kInternal).
 // Every kernel through `kernels`.
 void run_layers(const ModelWeights& w, const ForwardOptions& options, const ModelKernels& kernels,
                 const Int8Weights* int8, const Bf16DotWeights* bf16, std::vector<Segment>& segs,
-                std::vector<float>& out, PrefixState* state_out);
+                std::vector<float>& out, std::vector<PrefixState>* states);
 
 }  // namespace kev

@@ -40,24 +40,63 @@ void check_ids(const ModelConfig& c, const std::vector<int32_t>& ids,
   }
 }
 
-// read: the rows whose hidden states are wanted (indices into ids; nullptr: all).
-Segment make_segment(const PrefixState& from, const std::vector<int32_t>& ids,
-                     const std::vector<int64_t>& positions, const std::vector<int64_t>* read) {
+// A segment of `len` ids continuing `from` (null for one continuing an earlier segment of its
+// pass), whose implicit positions start at `start`; read: the rows whose hidden states are
+// wanted (indices into ids; nullptr: all).
+Segment make_segment(const PrefixState* from, int64_t start, const int32_t* ids, int64_t len,
+                     const int64_t* positions, const std::vector<int64_t>* read) {
   Segment s;
-  s.from = &from;
+  s.from = from;
   if (read) {
     s.read_all = false;
     s.read = *read;
     std::sort(s.read.begin(), s.read.end());
     s.read.erase(std::unique(s.read.begin(), s.read.end()), s.read.end());
   }
-  s.ids = ids.data();
-  s.len = static_cast<int64_t>(ids.size());
-  if (positions.empty())
-    for (int64_t i = 0; i < s.len; ++i) s.positions.push_back(from.length + i);
+  s.ids = ids;
+  s.len = len;
+  if (positions)
+    s.positions.assign(positions, positions + len);
   else
-    s.positions = positions;
+    for (int64_t i = 0; i < s.len; ++i) s.positions.push_back(start + i);
   return s;
+}
+
+// Row r's segment on a prefix of `length` tokens (`from`: null for one continuing a segment of
+// its pass), after its checks (Error kBadInput).
+Segment row_segment(const ModelConfig& c, const PrefixState* from, int64_t length,
+                    const RowRequest& row, size_t r) {
+  const std::string what = "row " + std::to_string(r);
+  check_ids(c, row.ids, row.positions, length, what);
+  for (int64_t i : row.readout)
+    if (i < 0 || i >= static_cast<int64_t>(row.ids.size()))
+      fail(ErrorKind::kBadInput, "{}: readout index {} is outside the row of {} tokens", what, i,
+           row.ids.size());
+  return make_segment(from, length, row.ids.data(), static_cast<int64_t>(row.ids.size()),
+                      row.positions.empty() ? nullptr : row.positions.data(),
+                      row.readout.empty() ? nullptr : &row.readout);
+}
+
+// A run of a prefill: ids [begin, end), which ends at cut `cut` (if at_cut).
+struct Piece {
+  size_t begin = 0, end = 0;
+  bool at_cut = false;
+  size_t cut = 0;
+};
+
+// The parts between the cuts, each in steps of `step` from its own start (as extend() from each
+// cut would run it).
+std::vector<Piece> cut_pieces(const std::vector<size_t>& cuts, size_t step) {
+  std::vector<Piece> pieces;
+  size_t begin = 0;
+  for (size_t c = 0; c < cuts.size(); ++c) {
+    for (size_t b = begin; b < cuts[c]; b += step) {
+      const size_t e = std::min(cuts[c], b + step);
+      pieces.push_back(Piece{b, e, e == cuts[c], c});
+    }
+    begin = cuts[c];
+  }
+  return pieces;
 }
 
 // Copies a row's requested hidden states (all, or the readout positions) out of a batch.
@@ -141,35 +180,108 @@ PrefixState Model::empty_state() const {
 PrefixState Model::extend(const PrefixState& from, const std::vector<int32_t>& ids,
                           const std::vector<int64_t>& positions, std::vector<float>* hidden,
                           const std::function<bool()>& stop) const {
+  PrefixState last;
+  prefill(
+      from, ids, positions, {ids.size()}, hidden, [&](size_t, const PrefixState& s) { last = s; },
+      stop, nullptr);
+  return last;
+}
+
+void Model::extend_through(const PrefixState& from, const std::vector<int32_t>& ids,
+                           const std::vector<size_t>& cuts, const StateAtCut& on_state,
+                           const std::function<bool()>& stop) const {
+  prefill(from, ids, {}, cuts, nullptr, on_state, stop, nullptr);
+}
+
+std::vector<RowResult> Model::extend_through_rows(const PrefixState& from,
+                                                  const std::vector<int32_t>& ids,
+                                                  const std::vector<size_t>& cuts,
+                                                  const StateAtCut& on_state,
+                                                  const std::vector<RowRequest>& rows,
+                                                  const std::function<bool()>& stop) const {
+  std::vector<RowResult> results;
+  prefill(from, ids, {}, cuts, nullptr, on_state, stop, &rows, &results);
+  return results;
+}
+
+void Model::prefill(const PrefixState& from, const std::vector<int32_t>& ids,
+                    const std::vector<int64_t>& positions, const std::vector<size_t>& cuts,
+                    std::vector<float>* hidden, const StateAtCut& on_state,
+                    const std::function<bool()>& stop, const std::vector<RowRequest>* rows,
+                    std::vector<RowResult>* results) const {
   backend_->check_state(from);
   check_ids(config(), ids, positions, from.length, "prefix");
-  // A long prefix runs in steps of options_.prefill_step (a multiple of the GDN chunk), each
-  // continuing the state of the one before: the workspace stays bounded, and by the prefix
-  // contract (prefix + row == one pass) the result is the same as one pass.
-  if (hidden) hidden->clear();
-  const PrefixState* current = &from;
-  PrefixState next;
-  for (size_t begin = 0; begin < ids.size(); begin += options_.prefill_step) {
-    if (begin > 0 && stop && stop())
-      fail(ErrorKind::kInterrupted, "stopped after {} of the prefix's {} tokens", begin,
-           ids.size());
-    const size_t end = std::min(ids.size(), begin + options_.prefill_step);
-    const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
-    std::vector<int32_t> part(ids.begin() + b, ids.begin() + e);
-    std::vector<int64_t> part_positions;
-    if (!positions.empty()) part_positions.assign(positions.begin() + b, positions.begin() + e);
-    // Without `hidden` no row is read: the last layer keeps only what the state holds.
-    static const std::vector<int64_t> kNone;
-    std::vector<Segment> segs{
-        make_segment(*current, part, part_positions, hidden ? nullptr : &kNone)};
-    PrefixState out;
-    std::vector<float> h;
-    backend_->run(options_, segs, h, &out);
-    if (hidden) hidden->insert(hidden->end(), h.begin(), h.end());
-    next = std::move(out);
-    current = &next;
+  // The rows, checked before anything runs; they join the state's last pass when that pass and
+  // they fit one row batch (kRowBatchTokens), else run as run_rows runs them after it.
+  const int64_t end_length = from.length + static_cast<int64_t>(ids.size());
+  std::vector<Segment> row_segs;
+  int64_t row_tokens = 0;
+  for (size_t r = 0; rows && r < rows->size(); ++r) {
+    row_segs.push_back(row_segment(config(), nullptr, end_length, (*rows)[r], r));
+    row_tokens += row_segs.back().len;
   }
-  return next;
+  for (size_t c = 0; c < cuts.size(); ++c)
+    if (cuts[c] == 0 || cuts[c] > ids.size() || (c > 0 && cuts[c] <= cuts[c - 1]))
+      fail(ErrorKind::kInternal, "cut {} at {} of a prefix of {} tokens", c, cuts[c], ids.size());
+  if (cuts.empty() || cuts.back() != ids.size())
+    fail(ErrorKind::kInternal, "the cuts of a prefix of {} tokens do not end at its end",
+         ids.size());
+  // A long part runs in steps of options_.prefill_step (a multiple of the GDN chunk), each
+  // continuing the state of the one before: the workspace stays bounded, and by the prefix
+  // contract (prefix + row == one pass) the result is the same as one pass. The pieces of
+  // consecutive parts share a pass up to that many tokens, each continuing the one before in it.
+  if (hidden) hidden->clear();
+  const std::vector<Piece> pieces = cut_pieces(cuts, options_.prefill_step);
+  // Without `hidden` no row is read: the last layer keeps only what the state holds.
+  static const std::vector<int64_t> kNone;
+  PrefixState current = from;
+  for (size_t p = 0; p < pieces.size();) {
+    if (p > 0 && stop && stop())
+      fail(ErrorKind::kInterrupted, "stopped after {} of the prefix's {} tokens", pieces[p].begin,
+           ids.size());
+    size_t q = p, tokens = 0;
+    while (q < pieces.size() &&
+           (q == p || tokens + pieces[q].end - pieces[q].begin <= options_.prefill_step))
+      tokens += pieces[q].end - pieces[q].begin, ++q;
+    std::vector<Segment> segs;
+    int64_t start = current.length;
+    for (size_t i = p; i < q; ++i) {
+      const auto len = static_cast<int64_t>(pieces[i].end - pieces[i].begin);
+      const int64_t* pos = positions.empty() ? nullptr : positions.data() + pieces[i].begin;
+      segs.push_back(make_segment(i == p ? &current : nullptr, start, ids.data() + pieces[i].begin,
+                                  len, pos, hidden ? nullptr : &kNone));
+      if (i > p) segs.back().continues = static_cast<int64_t>(i - p - 1);
+      segs.back().keep_state = pieces[i].at_cut || i + 1 == q;
+      start += len;
+    }
+    const bool with_rows = rows && !rows->empty() && q == pieces.size() &&
+                           static_cast<int64_t>(tokens) + row_tokens <= kRowBatchTokens;
+    const size_t state_segs = segs.size();
+    if (with_rows)
+      for (Segment& r : row_segs) {
+        r.continues = static_cast<int64_t>(state_segs - 1);
+        segs.push_back(std::move(r));
+      }
+    std::vector<PrefixState> states;
+    std::vector<float> h;
+    backend_->run(options_, segs, h, &states);
+    if (hidden) hidden->insert(hidden->end(), h.begin(), h.end());
+    if (with_rows) {
+      results->resize(rows->size());
+      for (size_t r = 0; r < rows->size(); ++r)
+        collect_row((*rows)[r], segs[state_segs + r], h, config().hidden, (*results)[r]);
+      rows = nullptr;  // done
+    }
+    size_t k = 0;
+    for (size_t i = p; i < q; ++i) {
+      if (!segs[i - p].keep_state) continue;
+      const PrefixState& s = states.at(k++);
+      if (pieces[i].at_cut) on_state(pieces[i].cut, s);
+      if (i + 1 == q) current = s;
+    }
+    p = q;
+  }
+  if (rows) *results = run_rows(current, *rows);
 }
 
 std::vector<RowResult> Model::run_rows(const PrefixState& prefix,
@@ -186,14 +298,7 @@ std::vector<RowResult> Model::run_rows(const std::vector<const PrefixState*>& pr
     if (!prefixes[r]) fail(ErrorKind::kInternal, "run_rows: row {} has no prefix", r);
     // Rows mostly share a few prefixes: check each distinct one once.
     if (r == 0 || prefixes[r] != prefixes[r - 1]) backend_->check_state(*prefixes[r]);
-    std::string what = "row " + std::to_string(r);
-    check_ids(config(), rows[r].ids, rows[r].positions, prefixes[r]->length, what);
-    for (int64_t i : rows[r].readout)
-      if (i < 0 || i >= static_cast<int64_t>(rows[r].ids.size()))
-        fail(ErrorKind::kBadInput, "{}: readout index {} is outside the row of {} tokens", what, i,
-             rows[r].ids.size());
-    segs.push_back(make_segment(*prefixes[r], rows[r].ids, rows[r].positions,
-                                rows[r].readout.empty() ? nullptr : &rows[r].readout));
+    segs.push_back(row_segment(config(), prefixes[r], prefixes[r]->length, rows[r], r));
   }
   std::vector<RowResult> results(rows.size());
   // Rows run in batches of at most kRowBatchTokens tokens (a longer row runs alone): the

@@ -179,6 +179,27 @@ class Model {
                      const std::vector<int64_t>& positions = {},
                      std::vector<float>* hidden = nullptr,
                      const std::function<bool()>& stop = {}) const;
+  // Runs `ids` after `from` as extend() does (implicit positions) and gives the state at each cut
+  // on the way: cuts are ascending offsets into ids in [1, ids.size()], the last ids.size()
+  // (others are Error(kInternal)). Each part between cuts runs as extend() from the cut before
+  // would run it, with the same bits in every mode; but consecutive parts share a pass up to
+  // prefill_step tokens (each continuing the one before in it), so the weights stream once for
+  // all the points of a short state. on_state(i, state) gets cut i's state when its pass ends,
+  // before `stop` is asked again: a state stopped later keeps the points given before.
+  using StateAtCut = std::function<void(size_t cut, const PrefixState& state)>;
+  void extend_through(const PrefixState& from, const std::vector<int32_t>& ids,
+                      const std::vector<size_t>& cuts, const StateAtCut& on_state,
+                      const std::function<bool()>& stop = {}) const;
+  // extend_through, then run_rows on the state at its end (the same bits), with the rows in the
+  // state's last pass when that pass's tokens and theirs are at most kRowPassTokens: one stream
+  // of the weights for a short state and its rows. The rows are checked (as run_rows checks
+  // them) before anything runs.
+  std::vector<RowResult> extend_through_rows(const PrefixState& from,
+                                             const std::vector<int32_t>& ids,
+                                             const std::vector<size_t>& cuts,
+                                             const StateAtCut& on_state,
+                                             const std::vector<RowRequest>& rows,
+                                             const std::function<bool()>& stop = {}) const;
   // Runs every row as its own continuation of `prefix`; rows are batched through the GEMMs.
   std::vector<RowResult> run_rows(const PrefixState& prefix,
                                   const std::vector<RowRequest>& rows) const;
@@ -199,6 +220,14 @@ class Model {
   PrefixState read_state(int64_t length, StateSource& in) const;
 
  private:
+  // extend(), extend_through() and extend_through_rows(): the parts between the cuts in passes
+  // of whole steps, then the rows (if any) into *results.
+  void prefill(const PrefixState& from, const std::vector<int32_t>& ids,
+               const std::vector<int64_t>& positions, const std::vector<size_t>& cuts,
+               std::vector<float>* hidden, const StateAtCut& on_state,
+               const std::function<bool()>& stop, const std::vector<RowRequest>* rows,
+               std::vector<RowResult>* results = nullptr) const;
+
   std::unique_ptr<ModelWeights> weights_;
   ForwardOptions options_;
   std::unique_ptr<Backend> backend_;

@@ -49,21 +49,22 @@ class CountingBackend final : public Backend {
   const char* name() const override { return kPortableBackend; }
   void prepare(const ForwardOptions& o) override { inner_->prepare(o); }
   void run(const ForwardOptions& o, std::vector<Segment>& segs, std::vector<float>& out,
-           PrefixState* state_out) const override {
+           std::vector<PrefixState>* states) const override {
     ++g_portable_passes;
     std::vector<PrefixState> inner_from;
     inner_from.reserve(segs.size());
     std::vector<const PrefixState*> from;
     for (Segment& s : segs) {
       from.push_back(s.from);
+      if (s.continues >= 0) continue;  // the pass links it to its predecessor's state
       inner_from.push_back(unwrap(*s.from));
       s.from = &inner_from.back();
     }
-    PrefixState inner_out;
-    inner_->run(o, segs, out, state_out ? &inner_out : nullptr);
+    std::vector<PrefixState> inner_states;
+    inner_->run(o, segs, out, states ? &inner_states : nullptr);
     for (size_t i = 0; i < segs.size(); ++i) segs[i].from = from[i];
-    if (state_out)
-      *state_out = {inner_out.length, std::make_shared<const WrappedState>(inner_out.data)};
+    for (const PrefixState& s : inner_states)
+      states->push_back({s.length, std::make_shared<const WrappedState>(s.data)});
   }
   std::shared_ptr<const BackendState> empty_state() const override {
     return std::make_shared<const WrappedState>(inner_->empty_state());
@@ -147,6 +148,35 @@ TEST_F(BackendSeam, SecondBackendGivesTheDefaultBackendsBits) {
     for (size_t r = 0; r < 2; ++r)
       EXPECT_TRUE(same_floats(r_cpu[r].hidden, r_other[r].hidden))
           << precision_name(p) << ": row " << r;
+  }
+}
+
+// The points of a state share one pass when they fit one prefill step (the backend's chained
+// segments, backend.h), with the bits of the default backend's separate passes.
+TEST_F(BackendSeam, CutsInsideOneStepShareOnePass) {
+  const std::vector<int32_t> prefix = ids(100, 11);
+  const std::unique_ptr<Model> cpu = load("cpu", Precision::kFp32),
+                               other = load(kPortableBackend, Precision::kFp32);
+  std::vector<PrefixState> points;
+  const int before = g_portable_passes.load();
+  other->extend_through(other->empty_state(), prefix, {64, 92, 100},
+                        [&](size_t, const PrefixState& s) { points.push_back(s); });
+  EXPECT_EQ(g_portable_passes.load() - before, 1) << "three points of 100 tokens: one pass";
+  ASSERT_EQ(points.size(), 3u);
+  RowRequest row;
+  row.ids = ids(9, 12);
+  PrefixState want = cpu->empty_state();
+  size_t at = 0;
+  for (size_t c = 0; c < 3; ++c) {
+    const size_t end = std::vector<size_t>{64, 92, 100}[c];
+    want =
+        cpu->extend(want, std::vector<int32_t>(prefix.begin() + static_cast<std::ptrdiff_t>(at),
+                                               prefix.begin() + static_cast<std::ptrdiff_t>(end)));
+    at = end;
+    EXPECT_EQ(points[c].length, static_cast<int64_t>(end));
+    EXPECT_TRUE(same_floats(cpu->run_rows(want, {row})[0].hidden,
+                            other->run_rows(points[c], {row})[0].hidden))
+        << "a row on the point at " << end;
   }
 }
 

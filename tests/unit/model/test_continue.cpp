@@ -92,6 +92,80 @@ TEST_F(Continue, ChunkedFromChunkBoundariesIsOnePassInEveryPrecision) {
   model_->set_options({});
 }
 
+// extend_through (model.h): the states at its cuts, given as their passes end, are bitwise those
+// of separate extend() calls from cut to cut, in every precision and both GDN forms (chunked
+// from any cut too: its chunks start at every cut, as each separate call's do); cuts that share
+// a pass (prefill_step 64 here: 10 + 10 + 10 tokens, then a 64-token step) and cuts that do not.
+// The oracle is the chain of separate extend() calls.
+TEST_F(Continue, ExtendThroughGivesTheStatesOfSeparateExtends) {
+  Model& m = *model_;
+  const std::vector<int32_t> all = ids(300, 8);
+  const std::vector<std::vector<size_t>> cut_sets = {
+      {10, 20, 30, 200, 300}, {92, 300}, {64, 128, 300}, {1, 299, 300}, {300}};
+  for (GdnMode g : {GdnMode::kRecurrent, GdnMode::kChunked})
+    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8})
+      for (size_t step : {size_t{64}, kPrefillStepTokens}) {
+        if (p != Precision::kFp32 && step != 64) continue;  // the chained passes: step 64
+        m.set_options({.gdn = g, .threads = 2, .precision = p, .prefill_step = step});
+        for (const std::vector<size_t>& cuts : cut_sets) {
+          const std::string what = std::string(precision_name(p)) +
+                                   (g == GdnMode::kChunked ? " chunked" : " recurrent") + " step " +
+                                   std::to_string(step) + " cuts " + std::to_string(cuts.size()) +
+                                   " first " + std::to_string(cuts[0]);
+          std::vector<PrefixState> got;
+          std::vector<size_t> order;
+          m.extend_through(m.empty_state(), all, cuts, [&](size_t c, const PrefixState& s) {
+            order.push_back(c);
+            got.push_back(s);
+          });
+          ASSERT_EQ(got.size(), cuts.size()) << what;
+          PrefixState want = m.empty_state();
+          size_t at = 0;
+          for (size_t c = 0; c < cuts.size(); ++c) {
+            want = m.extend(want, slice(all, at, cuts[c]));
+            at = cuts[c];
+            EXPECT_EQ(order[c], c) << what;
+            EXPECT_TRUE(same_state(got[c], want)) << what << ": state at cut " << cuts[c];
+          }
+        }
+      }
+  m.set_options({});
+}
+
+// A state stopped between passes keeps the points given before, and nothing after; cuts that are
+// not ascending inside (0, n] or do not end at n are refused.
+TEST_F(Continue, ExtendThroughStopsBetweenPassesAndRefusesBadCuts) {
+  Model& m = *model_;
+  ForwardOptions small = m.options();
+  small.prefill_step = static_cast<size_t>(kGdnChunkTokens);
+  m.set_options(small);
+  const std::vector<int32_t> all = ids(200, 9);
+  std::vector<size_t> given;
+  int asked = 0;
+  try {
+    // Passes: [0, 10) + [10, 40) (40 tokens), then [40, 104), [104, 168), [168, 200).
+    m.extend_through(
+        m.empty_state(), all, {10, 40, 120, 200},
+        [&](size_t c, const PrefixState&) { given.push_back(c); }, [&] { return ++asked == 2; });
+    ADD_FAILURE() << "extend_through did not stop";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInterrupted) << e.what();
+  }
+  EXPECT_EQ(given, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(asked, 2);
+  auto nothing = [](size_t, const PrefixState&) { ADD_FAILURE() << "a state of bad cuts"; };
+  for (const std::vector<size_t>& bad : std::vector<std::vector<size_t>>{
+           {}, {0, 200}, {50, 50, 200}, {60, 50, 200}, {100}, {201}, {100, 201}}) {
+    try {
+      m.extend_through(m.empty_state(), all, bad, nothing);
+      ADD_FAILURE() << "bad cuts accepted (" << bad.size() << " cuts)";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal) << e.what();
+    }
+  }
+  m.set_options({});
+}
+
 TEST_F(Continue, ContinuedStatesShareTheirPrefixBlocks) {
   Model& m = *model_;
   const PrefixState s10 = m.extend(m.empty_state(), ids(10, 5));
