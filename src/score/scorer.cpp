@@ -65,15 +65,29 @@ Scorer::Scorer(const Bundle& bundle, ScorerOptions options)
          bundle_dir, tokenizer_.vocab_size(), c.vocab);
 }
 
-std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_t>& ids,
-                                                        size_t* reused,
-                                                        const std::function<bool()>& gone) const {
+// What a request's state still needs: nothing (done), or its tokens after `from` (null: the
+// empty state), in parts that end at the points to save (the last one the state's end).
+struct Scorer::StateWork {
+  std::shared_ptr<const PrefixState> done;
+  std::vector<int32_t> ids;  // the whole state
+  std::shared_ptr<const PrefixState> from;
+  size_t at = 0;
+  PointKind from_kind = PointKind::kEnd;
+  bool cached = true;  // false: the state is not cached (upstream's short states, no cache)
+  std::vector<std::pair<size_t, PointKind>> points;  // positions in ids, ascending; last: end
+  size_t* reused = nullptr;
+};
+
+Scorer::StateWork Scorer::plan_state(const std::vector<int32_t>& ids, size_t* reused) const {
+  StateWork w;
+  w.ids = ids;
+  w.reused = reused;
   const size_t n = ids.size();
   *reused = 0;
   if (options_.cache_entries == 0 || n < options_.cache_min_tokens) {  // not cached (upstream)
-    computed_tokens_.fetch_add(n, std::memory_order_relaxed);
-    return std::make_shared<const PrefixState>(
-        model_->extend(model_->empty_state(), ids, {}, nullptr, gone));
+    w.cached = false;
+    w.points.emplace_back(n, PointKind::kEnd);
+    return w;
   }
   // The chunked GDN form gives the one-pass bits only from chunk boundaries (model.h).
   const bool chunked = model_->options().gdn == GdnMode::kChunked;
@@ -82,49 +96,33 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
   auto usable = [&](size_t len) { return len == n || (!exact && (!chunked || len % chunk == 0)); };
   const std::span<const int32_t> all(ids);
   const auto match = cache_->find_longest(ids, usable);
-  if (match.length == n) {
+  auto found = [&](std::shared_ptr<const PrefixState> s) {
     *reused = n;
     reused_tokens_.fetch_add(n, std::memory_order_relaxed);
-    return match.state;
-  }
-  std::shared_ptr<const PrefixState> from = match.state;
-  size_t at = match.length;
-  PointKind from_kind = match.kind;
+    w.done = std::move(s);
+    return w;
+  };
+  if (match.length == n) return found(match.state);
+  w.from = match.state;
+  w.at = match.length;
+  w.from_kind = match.kind;
   if (store_) {  // a longer point on disk (another process's, or one evicted from memory)
     StateStore::Found disk = store_->find_longest(ids, match.length, usable);
     if (disk.state) {
       cache_->insert(all.first(disk.length), disk.state, cache_buffers(*disk.state), disk.kind);
-      if (disk.length == n) {
-        *reused = n;
-        reused_tokens_.fetch_add(n, std::memory_order_relaxed);
-        return disk.state;
-      }
-      from = disk.state;
-      at = disk.length;
-      from_kind = disk.kind;
+      if (disk.length == n) return found(disk.state);
+      w.from = disk.state;
+      w.at = disk.length;
+      w.from_kind = disk.kind;
     }
   }
-  const size_t from_length = at;
-  // Each part is a safe point too: a state interrupted there keeps the points saved before it
-  // (a retry continues from them).
-  auto run_to = [&](size_t end) {
-    if (at > from_length && gone && gone())
-      fail(ErrorKind::kInterrupted, "stopped after {} of the state's {} tokens", at, n);
-    const std::vector<int32_t> part(ids.begin() + static_cast<std::ptrdiff_t>(at),
-                                    ids.begin() + static_cast<std::ptrdiff_t>(end));
-    from = std::make_shared<const PrefixState>(
-        model_->extend(from ? *from : model_->empty_state(), part, {}, nullptr, gone));
-    computed_tokens_.fetch_add(end - at, std::memory_order_relaxed);
-    at = end;
-  };
-  // Points inside this state, past the one continued from and not before kMinInnerPointTokens,
-  // computed in position order. A checkpoint at the last multiple of the spacing: a later state
-  // that rewrites an older part of this one continues from there. A tail point: appended text
-  // often retokenizes the last token or two (". " + "\n" -> ".\n"), and a conversation that
-  // rewrites its tail (a summary) each turn leaves each state about as far before its end as
-  // this request left the previous one; so kTailPointTokens before that (before the end when it
-  // left none).
-  std::vector<std::pair<size_t, PointKind>> points;
+  // Points inside this state, past the one continued from and not before kMinInnerPointTokens.
+  // A checkpoint at the last multiple of the spacing: a later state that rewrites an older part
+  // of this one continues from there. A tail point: appended text often retokenizes the last
+  // token or two (". " + "\n" -> ".\n"), and a conversation that rewrites its tail (a summary)
+  // each turn leaves each state about as far before its end as this request left the previous
+  // one; so kTailPointTokens before that (before the end when it left none).
+  std::vector<std::pair<size_t, PointKind>>& points = w.points;
   size_t step = exact ? 0 : options_.checkpoint_tokens;
   if (chunked && step > 0) step = (step + chunk - 1) / chunk * chunk;
   if (step > 0) points.emplace_back((n - 1) / step * step, PointKind::kCheckpoint);
@@ -132,19 +130,47 @@ std::shared_ptr<const PrefixState> Scorer::state_prefix(const std::vector<int32_
   if (!chunked && !exact && options_.checkpoint_tokens > 0 && n > tail)
     points.emplace_back(n - tail, PointKind::kTail);
   std::sort(points.begin(), points.end());
-  for (auto [point, kind] : points) {
-    if (point <= at || point < kMinInnerPointTokens) continue;
-    run_to(point);
-    save_point(all.first(point), from, kind);
+  auto same_place = [](const auto& a, const auto& b) { return a.first == b.first; };
+  points.erase(std::unique(points.begin(), points.end(), same_place), points.end());
+  std::erase_if(points,
+                [&](const auto& p) { return p.first <= w.at || p.first < kMinInnerPointTokens; });
+  points.emplace_back(n, PointKind::kEnd);
+  return w;
+}
+
+// Runs what `w` needs (every point in one extend_through: a short state's parts share one stream
+// of the weights), then `rows` (if given) on the state, in its last pass when they fit. Each point
+// is saved as soon as its pass ends: a safe point (a state interrupted later keeps the points
+// saved before, and a retry continues from them).
+std::shared_ptr<const PrefixState> Scorer::run_state(StateWork& w,
+                                                     const std::vector<RowRequest>* rows,
+                                                     std::vector<RowResult>* hidden,
+                                                     const std::function<bool()>& gone) const {
+  if (w.done) {
+    if (rows) *hidden = model_->run_rows(*w.done, *rows);
+    return w.done;
   }
-  run_to(n);
-  save_point(all, from, PointKind::kEnd);
+  std::vector<size_t> cuts;
+  for (const auto& p : w.points) cuts.push_back(p.first - w.at);
+  const std::vector<int32_t> rest(w.ids.begin() + static_cast<std::ptrdiff_t>(w.at), w.ids.end());
+  const std::span<const int32_t> all(w.ids);
+  std::shared_ptr<const PrefixState> state;
+  auto at_cut = [&](size_t c, const PrefixState& s) {
+    state = std::make_shared<const PrefixState>(s);
+    computed_tokens_.fetch_add(cuts[c] - (c == 0 ? 0 : cuts[c - 1]), std::memory_order_relaxed);
+    if (w.cached) save_point(all.first(w.at + cuts[c]), state, w.points[c].second);
+  };
+  const PrefixState from = w.from ? *w.from : model_->empty_state();
+  if (rows)
+    *hidden = model_->extend_through_rows(from, rest, cuts, at_cut, *rows, gone);
+  else
+    model_->extend_through(from, rest, cuts, at_cut, gone);
+  if (!w.cached) return state;
   // An end of state that this longer state continued is covered by it: evict it first.
-  if (from_length > 0 && from_kind != PointKind::kCheckpoint)
-    cache_->demote(all.first(from_length));
-  *reused = from_length;
-  reused_tokens_.fetch_add(from_length, std::memory_order_relaxed);
-  return from;
+  if (w.at > 0 && w.from_kind != PointKind::kCheckpoint) cache_->demote(all.first(w.at));
+  *w.reused = w.at;
+  reused_tokens_.fetch_add(w.at, std::memory_order_relaxed);
+  return state;
 }
 
 void Scorer::save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,
@@ -174,6 +200,8 @@ struct Scorer::Pending {
   ScoreResult result;
   std::shared_ptr<const PrefixState> prefix;
   std::vector<RowRequest> rows;
+  bool rows_done = false;  // ran with the state (hidden holds their results)
+  std::vector<RowResult> hidden;
   std::exception_ptr error;
 };
 
@@ -210,21 +238,25 @@ std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) co
     live.push_back(&p);
   }
 
-  // Every live request's rows in one pass, each row on its request's own prefix.
+  // Every live request's rows that did not run with its state in one pass, each row on its
+  // request's own prefix.
+  std::vector<Pending*> waiting;
   std::vector<const PrefixState*> prefixes;
   std::vector<RowRequest> rows;
-  for (Pending* p : live)
+  for (Pending* p : live) {
+    if (p->rows_done) continue;
+    waiting.push_back(p);
     for (RowRequest& r : p->rows) {
       prefixes.push_back(p->prefix.get());
       rows.push_back(std::move(r));
     }
-  std::vector<std::vector<RowResult>> hidden(live.size());
+  }
   try {
     std::vector<RowResult> all = model_->run_rows(prefixes, rows);
     size_t at = 0;
-    for (size_t i = 0; i < live.size(); ++i) {
-      const size_t n = live[i]->enc.rows.size();
-      hidden[i].assign(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(at)),
+    for (Pending* p : waiting) {
+      const size_t n = p->enc.rows.size();
+      p->hidden.assign(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(at)),
                        std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(at + n)));
       at += n;
     }
@@ -232,25 +264,25 @@ std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) co
     // The shared pass failed (e.g. out of memory): each request alone then gets its own result
     // or error, bitwise the same (a row's result does not depend on the rows beside it).
     size_t at = 0;
-    for (size_t i = 0; i < live.size(); ++i) {
-      const size_t n = live[i]->enc.rows.size();
+    for (Pending* p : waiting) {
+      const size_t n = p->enc.rows.size();
       std::vector<RowRequest> own(rows.begin() + static_cast<std::ptrdiff_t>(at),
                                   rows.begin() + static_cast<std::ptrdiff_t>(at + n));
       at += n;
       try {
-        hidden[i] = model_->run_rows(*live[i]->prefix, own);
+        p->hidden = model_->run_rows(*p->prefix, own);
       } catch (...) {
-        live[i]->error = std::current_exception();
+        p->error = std::current_exception();
       }
     }
   }
 
-  for (size_t i = 0; i < live.size(); ++i) {
-    if (live[i]->error) continue;
+  for (Pending* p : live) {
+    if (p->error) continue;
     try {
-      finish(*live[i], std::move(hidden[i]), start);
+      finish(*p, std::move(p->hidden), start);
     } catch (...) {
-      live[i]->error = std::current_exception();
+      p->error = std::current_exception();
     }
   }
   std::vector<ScoreOutcome> out(jobs.size());
@@ -279,10 +311,6 @@ void Scorer::prepare(Pending& p) const {
   result.usage.state_tokens = s;
   result.usage.full_state_tokens = enc.state_tokens;
   result.usage.truncated = enc.truncated;
-  p.prefix = state_prefix(enc.state_ids(), &result.usage.cached_tokens, p.gone);
-  if (p.gone && p.gone())
-    fail(ErrorKind::kInterrupted, "the client went away before its rows were scored");
-
   // One row per question: its branch continues the state; read <decide> then every </opt>.
   std::vector<RowRequest>& rows = p.rows;
   rows.resize(enc.rows.size());
@@ -292,6 +320,17 @@ void Scorer::prepare(Pending& p) const {
     rows[q].readout.push_back(static_cast<int64_t>(row.decide - s));
     for (size_t o : row.options) rows[q].readout.push_back(static_cast<int64_t>(o - s));
   }
+  // A state found whole waits for the batch's shared rows pass; one to compute runs now (a later
+  // request of the batch finds its points) with its own rows in its last pass.
+  StateWork work = plan_state(enc.state_ids(), &result.usage.cached_tokens);
+  if (work.done) {
+    p.prefix = work.done;
+  } else {
+    p.prefix = run_state(work, &rows, &p.hidden, p.gone);
+    p.rows_done = true;
+  }
+  if (p.gone && p.gone())
+    fail(ErrorKind::kInterrupted, "the client went away before its rows were scored");
 }
 
 void Scorer::finish(Pending& p, std::vector<RowResult> hidden,

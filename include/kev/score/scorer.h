@@ -156,10 +156,16 @@ class Scorer {
   uint64_t computed_tokens() const { return computed_tokens_.load(std::memory_order_relaxed); }
 
  private:
-  struct Pending;  // one request between its stages (scorer.cpp)
-  // `gone` is asked at the prefill's safe points (model.h extend; between the saved points).
-  std::shared_ptr<const PrefixState> state_prefix(const std::vector<int32_t>& ids, size_t* reused,
-                                                  const std::function<bool()>& gone) const;
+  struct Pending;    // one request between its stages (scorer.cpp)
+  struct StateWork;  // what a state still needs: found whole, or its parts and points
+  // The state of `ids`: found (reused: its tokens) or planned from the longest saved point
+  // (reused: that point's tokens, once run).
+  StateWork plan_state(const std::vector<int32_t>& ids, size_t* reused) const;
+  // Runs a plan, saving its points, and `rows` (if given, into *hidden) on its state; `gone` is
+  // asked at the prefill's safe points (model.h extend_through: between its passes).
+  std::shared_ptr<const PrefixState> run_state(StateWork& work, const std::vector<RowRequest>* rows,
+                                               std::vector<RowResult>* hidden,
+                                               const std::function<bool()>& gone) const;
   // Puts a computed point in the memory cache and queues it for the disk.
   void save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,
                   PointKind kind) const;
