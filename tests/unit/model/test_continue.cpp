@@ -166,6 +166,57 @@ TEST_F(Continue, ExtendThroughStopsBetweenPassesAndRefusesBadCuts) {
   m.set_options({});
 }
 
+// extend_through_rows (model.h): the rows' hidden states are run_rows' on the state at the end,
+// bitwise, whether they join the state's last pass (short rows) or run after it (rows beyond one
+// row pass); bad rows are refused before any state is given.
+TEST_F(Continue, ExtendThroughRowsIsRunRowsOnTheEndState) {
+  Model& m = *model_;
+  const std::vector<int32_t> all = ids(120, 10);
+  RowRequest a, b, long_row;
+  a.ids = ids(13, 11);
+  a.readout = {0, 12, 5};
+  b.ids = ids(7, 12);
+  long_row.ids = ids(kRowPassTokens - 100, 13);  // with the state's 120 tokens: beyond one pass
+  long_row.readout = {0, static_cast<int64_t>(kRowPassTokens) - 101};
+  for (Precision p : {Precision::kFp32, Precision::kInt8})
+    for (GdnMode g : {GdnMode::kRecurrent, GdnMode::kChunked}) {
+      m.set_options({.gdn = g, .threads = 2, .precision = p});
+      const std::string what =
+          std::string(precision_name(p)) + (g == GdnMode::kChunked ? " chunked" : " recurrent");
+      const PrefixState end =
+          m.extend(m.extend(m.empty_state(), slice(all, 0, 64)), slice(all, 64, all.size()));
+      std::vector<std::vector<RowRequest>> cases = {{a, b}};
+      if (p == Precision::kFp32 && g == GdnMode::kRecurrent) cases.push_back({a, long_row});
+      for (const std::vector<RowRequest>& rows : cases) {
+        std::vector<PrefixState> got;
+        const std::vector<RowResult> fused = m.extend_through_rows(
+            m.empty_state(), all, {64, all.size()},
+            [&](size_t, const PrefixState& s) { got.push_back(s); }, rows);
+        ASSERT_EQ(got.size(), 2u) << what;
+        EXPECT_TRUE(same_state(got[1], end)) << what;
+        const std::vector<RowResult> want = m.run_rows(end, rows);
+        ASSERT_EQ(fused.size(), rows.size()) << what;
+        for (size_t r = 0; r < rows.size(); ++r) {
+          EXPECT_EQ(fused[r].rows, want[r].rows) << what << " row " << r;
+          EXPECT_TRUE(same_floats(fused[r].hidden, want[r].hidden))
+              << what << " row " << r << " of " << rows.size();
+        }
+      }
+    }
+  m.set_options({});
+  RowRequest bad = a;
+  bad.readout = {13};
+  try {
+    m.extend_through_rows(
+        m.empty_state(), all, {all.size()},
+        [](size_t, const PrefixState&) { ADD_FAILURE() << "a state given before the check"; },
+        {a, bad});
+    ADD_FAILURE() << "a readout outside its row was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
+  }
+}
+
 TEST_F(Continue, ContinuedStatesShareTheirPrefixBlocks) {
   Model& m = *model_;
   const PrefixState s10 = m.extend(m.empty_state(), ids(10, 5));
