@@ -1,11 +1,11 @@
 // The gated full attention of an attention layer (private to the model layer), over a batch of
-// segments, each continuing its own prefix state. Facts (upstream Qwen3.5, transformers
-// modeling_qwen3_5): q_proj's output viewed as [heads, 2 * head_dim], first half query, second
-// half gate; q_norm / k_norm per head (layer_pass.h's RMSNorm); RoPE on the first rotary_dim
-// dims; the key/value head of query head h is h / (heads / kv_heads) (repeat_kv =
-// repeat_interleave); scale head_dim^-0.5; softmax in FP32; the output times sigmoid(gate)
-// before o_proj. For text the three mrope position streams are equal, so the interleaved
-// sections give plain RoPE.
+// segments, each continuing its own prefix state (or an earlier segment of the pass). Facts
+// (upstream Qwen3.5, transformers modeling_qwen3_5): q_proj's output viewed as [heads, 2 *
+// head_dim], first half query, second half gate; q_norm / k_norm per head (layer_pass.h's RMSNorm);
+// RoPE on the first rotary_dim dims; the key/value head of query head h is h / (heads / kv_heads)
+// (repeat_kv = repeat_interleave); scale head_dim^-0.5; softmax in FP32; the output times
+// sigmoid(gate) before o_proj. For text the three mrope position streams are equal, so the
+// interleaved sections give plain RoPE.
 //
 // The blocked plan: a task is a block of up to kAttentionQueryRows (model.h) query rows of one
 // segment with the query heads of one key/value head (its "pairs", packed together), and walks

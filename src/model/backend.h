@@ -1,11 +1,12 @@
-// The seam between the Model (model.h: its API, the checks of ids and states, the cutting of
-// work into prefill steps and row batches) and what runs the layers: a backend. A backend owns
-// its kernels and what it prepares from the weights for a precision (the packed or quantized
-// projections), and runs one pass: segments, each continuing its own prefix state, through every
-// layer. The CPU backend (cpu_backend.cpp: layers.cpp over a ModelKernels table) is registered as
-// "cpu" and is the default; another device is a folder with its Backend and one
-// register_backend call before its first Model. The tests register a second backend (the CPU
-// layers over the portable kernel table) to prove that the seam carries a whole forward.
+// The seam between the Model (model.h: its API, the checks of ids and states, the cutting of work
+// into prefill steps and row batches) and what runs the layers: a backend. A backend owns its
+// kernels and what it prepares from the weights for a precision (the packed or quantized
+// projections), and runs one pass: segments, each continuing its own prefix state (or an earlier
+// segment of the pass), through every layer. The CPU backend (cpu_backend.cpp: layers.cpp over a
+// ModelKernels table) is registered as "cpu" and is the default; another device is a folder with
+// its Backend and one register_backend call before its first Model. The tests register a second
+// backend (the CPU layers over the portable kernel table) to prove that the seam carries a whole
+// forward.
 //
 // A backend also owns the prefix states it makes (model.h: PrefixState holds a BackendState):
 // the CPU's are host memory (cpu_state.h); a device's may live on the device, the Model and the
@@ -36,7 +37,7 @@ namespace kev {
 
 // One unit of a pass: a prefix state and the tokens that continue it.
 struct Segment {
-  const PrefixState* from;  // the state this segment continues
+  const PrefixState* from;  // the state this segment continues (not read when continues >= 0)
   const int32_t* ids;
   std::vector<int64_t> positions;
   int64_t len = 0, offset = 0;  // rows [offset, offset + len) of the batch

@@ -16,7 +16,7 @@
 
 namespace kev {
 
-// Keys and values of consecutive positions, as one extend() step wrote them: k, v [rows,
+// Keys and values of consecutive positions, as one segment of a pass wrote them: k, v [rows,
 // kv_heads * head_dim] (after k_norm and RoPE). Immutable once made.
 struct KvBlock {
   AlignedVector<float> k, v;  // 64-byte aligned: the attention kernels stream their rows

@@ -1,12 +1,12 @@
 // The layers of the Qwen3.5 text forward (private to the model layer): one pass of a batch of
-// segments, each continuing its own prefix state, through the embedding, every decoder layer and
-// the final norm: the CPU backend's pass (backend.h). The Runner (layers.cpp) orchestrates; each
-// layer type is its own unit: attention.h (gated full attention, blocked), gdn.h (the Gated
-// DeltaNet mixer; gdn_recurrence.h its recurrent and chunked forms), mlp.h; layer_pass.h is what
-// they share (the workspace, workspace.h, has one owner: the pass). Every kernel goes through the
-// kernel table it is given (kev/cpu/model_kernels.h) and every big projection through project()
-// (projections.h); nothing here names an instruction set. Model (model.cpp) cuts the work into
-// batches and prefill steps.
+// segments, each continuing its own prefix state (or an earlier segment of the pass), through the
+// embedding, every decoder layer and the final norm: the CPU backend's pass (backend.h). The Runner
+// (layers.cpp) orchestrates; each layer type is its own unit: attention.h (gated full attention,
+// blocked), gdn.h (the Gated DeltaNet mixer; gdn_recurrence.h its recurrent and chunked forms),
+// mlp.h; layer_pass.h is what they share (the workspace, workspace.h, has one owner: the pass).
+// Every kernel goes through the kernel table it is given (kev/cpu/model_kernels.h) and every big
+// projection through project() (projections.h); nothing here names an instruction set. Model
+// (model.cpp) cuts the work into batches and prefill steps.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -240,9 +240,11 @@ void Model::prefill(const PrefixState& from, const std::vector<int32_t>& ids,
       fail(ErrorKind::kInterrupted, "stopped after {} of the prefix's {} tokens", pieces[p].begin,
            ids.size());
     size_t q = p, tokens = 0;
-    while (q < pieces.size() &&
-           (q == p || tokens + pieces[q].end - pieces[q].begin <= options_.prefill_step))
-      tokens += pieces[q].end - pieces[q].begin, ++q;
+    for (; q < pieces.size(); ++q) {
+      const size_t len = pieces[q].end - pieces[q].begin;
+      if (q > p && tokens + len > options_.prefill_step) break;
+      tokens += len;
+    }
     std::vector<Segment> segs;
     int64_t start = current.length;
     for (size_t i = p; i < q; ++i) {
@@ -281,7 +283,11 @@ void Model::prefill(const PrefixState& from, const std::vector<int32_t>& ids,
     }
     p = q;
   }
-  if (rows) *results = run_rows(current, *rows);
+  if (!rows) return;
+  if (stop && stop())
+    fail(ErrorKind::kInterrupted, "stopped after the prefix's {} tokens, before its rows",
+         ids.size());
+  *results = run_rows(current, *rows);
 }
 
 std::vector<RowResult> Model::run_rows(const PrefixState& prefix,

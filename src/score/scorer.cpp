@@ -100,7 +100,7 @@ Scorer::StateWork Scorer::plan_state(const std::vector<int32_t>& ids, size_t* re
     *reused = n;
     reused_tokens_.fetch_add(n, std::memory_order_relaxed);
     w.done = std::move(s);
-    return w;
+    return std::move(w);
   };
   if (match.length == n) return found(match.state);
   w.from = match.state;
@@ -139,17 +139,14 @@ Scorer::StateWork Scorer::plan_state(const std::vector<int32_t>& ids, size_t* re
 }
 
 // Runs what `w` needs (every point in one extend_through: a short state's parts share one stream
-// of the weights), then `rows` (if given) on the state, in its last pass when they fit. Each point
-// is saved as soon as its pass ends: a safe point (a state interrupted later keeps the points
-// saved before, and a retry continues from them).
+// of the weights) and `rows` on the state, in its last pass when they fit. Each point is saved
+// as soon as its pass ends: a safe point (a state interrupted later keeps the points saved
+// before, and a retry continues from them); the state's bookkeeping is done with its end, before
+// any row that runs after it.
 std::shared_ptr<const PrefixState> Scorer::run_state(StateWork& w,
-                                                     const std::vector<RowRequest>* rows,
-                                                     std::vector<RowResult>* hidden,
+                                                     const std::vector<RowRequest>& rows,
+                                                     std::vector<RowResult>& hidden,
                                                      const std::function<bool()>& gone) const {
-  if (w.done) {
-    if (rows) *hidden = model_->run_rows(*w.done, *rows);
-    return w.done;
-  }
   std::vector<size_t> cuts;
   for (const auto& p : w.points) cuts.push_back(p.first - w.at);
   const std::vector<int32_t> rest(w.ids.begin() + static_cast<std::ptrdiff_t>(w.at), w.ids.end());
@@ -158,18 +155,16 @@ std::shared_ptr<const PrefixState> Scorer::run_state(StateWork& w,
   auto at_cut = [&](size_t c, const PrefixState& s) {
     state = std::make_shared<const PrefixState>(s);
     computed_tokens_.fetch_add(cuts[c] - (c == 0 ? 0 : cuts[c - 1]), std::memory_order_relaxed);
-    if (w.cached) save_point(all.first(w.at + cuts[c]), state, w.points[c].second);
+    if (!w.cached) return;
+    save_point(all.first(w.at + cuts[c]), state, w.points[c].second);
+    if (c + 1 < cuts.size()) return;
+    // An end of state that this longer state continued is covered by it: evict it first.
+    if (w.at > 0 && w.from_kind != PointKind::kCheckpoint) cache_->demote(all.first(w.at));
+    *w.reused = w.at;
+    reused_tokens_.fetch_add(w.at, std::memory_order_relaxed);
   };
   const PrefixState from = w.from ? *w.from : model_->empty_state();
-  if (rows)
-    *hidden = model_->extend_through_rows(from, rest, cuts, at_cut, *rows, gone);
-  else
-    model_->extend_through(from, rest, cuts, at_cut, gone);
-  if (!w.cached) return state;
-  // An end of state that this longer state continued is covered by it: evict it first.
-  if (w.at > 0 && w.from_kind != PointKind::kCheckpoint) cache_->demote(all.first(w.at));
-  *w.reused = w.at;
-  reused_tokens_.fetch_add(w.at, std::memory_order_relaxed);
+  hidden = model_->extend_through_rows(from, rest, cuts, at_cut, rows, gone);
   return state;
 }
 
@@ -326,7 +321,7 @@ void Scorer::prepare(Pending& p) const {
   if (work.done) {
     p.prefix = work.done;
   } else {
-    p.prefix = run_state(work, &rows, &p.hidden, p.gone);
+    p.prefix = run_state(work, rows, p.hidden, p.gone);
     p.rows_done = true;
   }
   if (p.gone && p.gone())

@@ -17,7 +17,7 @@ RequestMemory RequestMemory::of(const Model& model) {
   RequestMemory m;
   m.prefill_step = o.prefill_step;
   m.kv_per_token = state.per_token;
-  m.state_fixed = 2 * state.fixed;
+  m.state_fixed = 4 * state.fixed;
   m.workspace_per_token = workspace_bytes_per_token(c, o.precision);
   m.attention_per_key =
       attention_scratch_bytes_per_key(c, o.threads > 0 ? o.threads : default_workers());
@@ -27,8 +27,11 @@ RequestMemory RequestMemory::of(const Model& model) {
 size_t RequestMemory::need(size_t state_tokens, size_t branch_tokens, size_t longest_branch) const {
   const size_t prefill = std::min(state_tokens, prefill_step);
   const size_t rows = std::min(branch_tokens, std::max(kRowPassTokens, longest_branch));
+  // A computed state's last pass takes the rows in when they fit one row pass together.
+  const size_t fused = std::min(prefill + branch_tokens, kRowPassTokens);
   // A query reads at most the state and its own branch: the attention scratch's widest row.
-  return kv_per_token * state_tokens + state_fixed + workspace_per_token * std::max(prefill, rows) +
+  return kv_per_token * state_tokens + state_fixed +
+         workspace_per_token * std::max({prefill, rows, fused}) +
          attention_per_key * (state_tokens + longest_branch);
 }
 

@@ -6,11 +6,12 @@
 //   need = kv_per_token * S + state_fixed + workspace_per_token * pass_tokens
 //          + attention_per_key * (S + longest branch)
 // S the state's tokens (<state> included; all of them, even those continued from a saved point),
-// kv_per_token the state's bytes per token (the attention keys and values), state_fixed twice its
-// fixed bytes, every GDN layer's conv and recurrent state (a prefill step holds the state it
-// continues and the one it makes), and the scratch of the widest pass the request runs: its
-// prefill steps (at most the model's prefill step) or its rows (all its branch tokens, at most
-// kRowPassTokens unless one branch is longer), and the attention scores of the tasks running at
+// kv_per_token the state's bytes per token (the attention keys and values), state_fixed four times
+// its fixed bytes, every GDN layer's conv and recurrent state (a pass holds the state it continues
+// and up to three it makes: a checkpoint, a tail point and the end), and the scratch of the widest
+// pass the request runs: its prefill steps (at most the model's prefill step), its rows (all its
+// branch tokens, at most kRowPassTokens unless one branch is longer) or a state's last step with
+// its rows (at most kRowPassTokens), and the attention scores of the tasks running at
 // once, which grow with the keys a query reads (attention_scratch_bytes_per_key). An upper bound of
 // what the forward allocates for it (model.h), beside the weights, the saved points (--cache-bytes)
 // and the bodies.

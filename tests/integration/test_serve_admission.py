@@ -155,11 +155,12 @@ def memory_need(tc, state_tokens, branch_tokens, longest_branch, threads=2, pref
     rotary = int(head_dim * factor)
     conv_dim = 2 * k_heads * k_dim + v_heads * v_dim
     kv = 8 * kv_heads * head_dim * attention
-    gdn = 2 * 4 * ((kernel - 1) * conv_dim + v_heads * k_dim * v_dim) * gdn_layers
+    gdn = 4 * 4 * ((kernel - 1) * conv_dim + v_heads * k_dim * v_dim) * gdn_layers
     aux = max(kv_heads * head_dim, v_heads, heads * head_dim)
     ws = 4 * (4 * hidden + 2 * max(inter, 2 * heads * head_dim, v_heads * v_dim)
               + max(conv_dim, kv_heads * head_dim) + max(aux, conv_dim) + aux + rotary)
-    passes = max(min(state_tokens, prefill_step), min(branch_tokens, max(4096, longest_branch)))
+    step = min(state_tokens, prefill_step)
+    passes = max(step, min(branch_tokens, max(4096, longest_branch)), min(step + branch_tokens, 4096))
     att = 4 * 16 * (heads // kv_heads) * threads
     return kv * state_tokens + gdn + ws * passes + att * (state_tokens + longest_branch)
 

@@ -72,7 +72,9 @@ Precision parse_precision(const std::string& name);
 
 // The forward's passes: extend() runs a prefix in steps of prefill_step tokens (by default
 // kPrefillStepTokens, a multiple of the GDN chunk); run_rows() runs rows in passes of at most
-// kRowPassTokens tokens (a longer row runs alone). A pass allocates its scratch for its tokens
+// kRowPassTokens tokens (a longer row runs alone); extend_through() runs the parts between its cuts
+// in passes of whole steps up to prefill_step tokens, and extend_through_rows() its rows in the
+// last of them when they fit kRowPassTokens together. A pass allocates its scratch for its tokens
 // and frees it when it ends. The step changes where a long prefix can stop, never its bits.
 inline constexpr size_t kPrefillStepTokens = 2048;
 inline constexpr size_t kRowPassTokens = 4096;
@@ -193,7 +195,7 @@ class Model {
   // extend_through, then run_rows on the state at its end (the same bits), with the rows in the
   // state's last pass when that pass's tokens and theirs are at most kRowPassTokens: one stream
   // of the weights for a short state and its rows. The rows are checked (as run_rows checks
-  // them) before anything runs.
+  // them) before anything runs; `stop` is also asked before rows that run after the state.
   std::vector<RowResult> extend_through_rows(const PrefixState& from,
                                              const std::vector<int32_t>& ids,
                                              const std::vector<size_t>& cuts,

@@ -121,13 +121,15 @@ class Scorer {
   Scorer(const Bundle& bundle, ScorerOptions options = {});
   ScoreResult score(std::string_view request_json) const;
   // gone(), when given, is asked at the safe points where work can stop without leaving anything
-  // half-made: between the state prefix and the rows, and inside a long state's prefill before
-  // each prefill step (model.h ForwardOptions) and each saved point; true -> Error(kInterrupted),
-  // no answer (saved points computed before it stay cached).
+  // half-made: inside a computed state's prefill before each pass after the first (model.h
+  // extend_through: a pass of up to a prefill step, its saved points given as it ends), before
+  // rows that do not run in the state's last pass, and after the state and its rows; true ->
+  // Error(kInterrupted), no answer (saved points computed before it stay cached).
   ScoreResult score(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
   // Scores jobs together, outcomes in job order: each request is encoded and gets its state
-  // prefix (cached, else computed, one request after the other) and its gone() check, then the
-  // rows of every request still going run in one Model::run_rows pass. latency_ms of each is
+  // prefix (found whole in the cache, else computed with its own rows in the state's last pass,
+  // one request after the other) and its gone() check, then the rows of every request still
+  // going whose state was found whole run in one Model::run_rows pass. latency_ms of each is
   // measured from the start of the call to its own answer.
   std::vector<ScoreOutcome> score_batch(std::span<const ScoreJob> jobs) const;
 
@@ -161,10 +163,10 @@ class Scorer {
   // The state of `ids`: found (reused: its tokens) or planned from the longest saved point
   // (reused: that point's tokens, once run).
   StateWork plan_state(const std::vector<int32_t>& ids, size_t* reused) const;
-  // Runs a plan, saving its points, and `rows` (if given, into *hidden) on its state; `gone` is
-  // asked at the prefill's safe points (model.h extend_through: between its passes).
-  std::shared_ptr<const PrefixState> run_state(StateWork& work, const std::vector<RowRequest>* rows,
-                                               std::vector<RowResult>* hidden,
+  // Runs a plan that found no whole state, saving its points, and `rows` on its state (into
+  // hidden); `gone` is asked at the prefill's safe points (model.h extend_through_rows).
+  std::shared_ptr<const PrefixState> run_state(StateWork& work, const std::vector<RowRequest>& rows,
+                                               std::vector<RowResult>& hidden,
                                                const std::function<bool()>& gone) const;
   // Puts a computed point in the memory cache and queues it for the disk.
   void save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,

@@ -103,7 +103,7 @@ TEST_F(Continue, ExtendThroughGivesTheStatesOfSeparateExtends) {
   const std::vector<std::vector<size_t>> cut_sets = {
       {10, 20, 30, 200, 300}, {92, 300}, {64, 128, 300}, {1, 299, 300}, {300}};
   for (GdnMode g : {GdnMode::kRecurrent, GdnMode::kChunked})
-    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8})
+    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8, Precision::kW8A8})
       for (size_t step : {size_t{64}, kPrefillStepTokens}) {
         if (p != Precision::kFp32 && step != 64) continue;  // the chained passes: step 64
         m.set_options({.gdn = g, .threads = 2, .precision = p, .prefill_step = step});
@@ -143,7 +143,8 @@ TEST_F(Continue, ExtendThroughStopsBetweenPassesAndRefusesBadCuts) {
   std::vector<size_t> given;
   int asked = 0;
   try {
-    // Passes: [0, 10) + [10, 40) (40 tokens), then [40, 104), [104, 168), [168, 200).
+    // Passes (each part stepped from its own start): [0, 10) + [10, 40), then [40, 104),
+    // [104, 120), [120, 184), [184, 200).
     m.extend_through(
         m.empty_state(), all, {10, 40, 120, 200},
         [&](size_t c, const PrefixState&) { given.push_back(c); }, [&] { return ++asked == 2; });
@@ -178,7 +179,7 @@ TEST_F(Continue, ExtendThroughRowsIsRunRowsOnTheEndState) {
   b.ids = ids(7, 12);
   long_row.ids = ids(kRowPassTokens - 100, 13);  // with the state's 120 tokens: beyond one pass
   long_row.readout = {0, static_cast<int64_t>(kRowPassTokens) - 101};
-  for (Precision p : {Precision::kFp32, Precision::kInt8})
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kW8A8})
     for (GdnMode g : {GdnMode::kRecurrent, GdnMode::kChunked}) {
       m.set_options({.gdn = g, .threads = 2, .precision = p});
       const std::string what =
@@ -204,6 +205,18 @@ TEST_F(Continue, ExtendThroughRowsIsRunRowsOnTheEndState) {
       }
     }
   m.set_options({});
+  // Rows that run after the state: `stop` is asked before them (the state's end given first).
+  std::vector<size_t> given;
+  try {
+    m.extend_through_rows(
+        m.empty_state(), all, {all.size()},
+        [&](size_t c, const PrefixState&) { given.push_back(c); }, {a, long_row},
+        [] { return true; });
+    ADD_FAILURE() << "rows after the state ran without asking stop";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInterrupted) << e.what();
+  }
+  EXPECT_EQ(given, std::vector<size_t>{0});
   RowRequest bad = a;
   bad.readout = {13};
   try {
