@@ -1,7 +1,9 @@
 // The x86-64 vector kernels (vec.h's order, bit-identical to the portable loops): AVX2 forms of
-// dot_rows, dot_block, axpy_block and gdn_steps; AVX-512 forms of dot_rows, dot_block and
-// axpy_block (AVX-512 CPUs run the AVX2 gdn_steps). The attention kernels' steps are FMAs
-// (vfmadd: one rounding, as std::fma in the portable loops); gdn_steps has none.
+// dot_rows, dot_block, axpy_block and gdn_steps; AVX-512 forms of dot_rows, dot_block, axpy_block
+// and gdn_steps (64-column blocks where they fit L1, else the AVX2 form's). The attention kernels'
+// steps are FMAs (vfmadd: one rounding, as std::fma in the portable loops); gdn_steps has none.
+#include <unistd.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -90,6 +92,7 @@ KEV_AVX2 void gdn_block32_step(float* s, int64_t dk, float eg, const float* k, c
 // row of the layer's [tokens x channels] buffer (24 KiB apart at 0.8B dimensions), so the
 // hardware prefetcher does not follow from token to token, and without this each step waited
 // on those lines (about half the step's time in a long prefill's profile).
+template <int W>
 inline void prefetch_token(const GdnTokens& t, int64_t n, int64_t dk, int64_t j0) {
   const float *k = t.k + n * t.qkv_stride, *q = t.q + n * t.qkv_stride;
   for (int64_t i = 0; i < dk; i += 16) {
@@ -97,9 +100,36 @@ inline void prefetch_token(const GdnTokens& t, int64_t n, int64_t dk, int64_t j0
     prefetch_line(q + i);
   }
   const float* v = t.v + n * t.qkv_stride + j0;
-  prefetch_line(v);
-  prefetch_line(v + 16);
-  prefetch_line(v + 31);
+  for (int j = 0; j < W; j += 16) prefetch_line(v + j);
+  prefetch_line(v + W - 1);
+}
+
+// Columns [j0, j0 + W) stepped through every token in a contiguous dk x W buffer: copied out of
+// the row-major state, stepped by step(block, token) with the next token's inputs prefetched
+// during each step, and copied back.
+template <int W, class Step>
+inline void gdn_block_steps(float* s, int64_t dk, int64_t dv, int64_t j0, int64_t len,
+                            const GdnTokens& t, std::vector<float>& block, Step step) {
+  block.resize(static_cast<size_t>(dk * W));
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < W; ++j) block[static_cast<size_t>(i * W + j)] = s[i * dv + j0 + j];
+  if (len > 0) prefetch_token<W>(t, 0, dk, j0);
+  for (int64_t n = 0; n < len; ++n) {
+    if (n + 1 < len) prefetch_token<W>(t, n + 1, dk, j0);
+    step(block.data(), n);
+  }
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < W; ++j) s[i * dv + j0 + j] = block[static_cast<size_t>(i * W + j)];
+}
+
+// The columns from j0 on, token by token (gdn_columns: the partial block's form).
+inline void gdn_rest_columns(float* s, int64_t dk, int64_t dv, int64_t j0, int64_t len,
+                             const GdnTokens& t, std::vector<float>& scratch) {
+  if (j0 == dv) return;
+  scratch.resize(static_cast<size_t>(dv));
+  for (int64_t n = 0; n < len; ++n)
+    gdn_columns<0>(s, dk, dv, j0, dv - j0, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,
+                   t.v + n * t.qkv_stride, t.beta[n], t.o + n * t.o_stride, scratch.data());
 }
 
 // Column block by column block, every token: a block's 32 columns are copied out of the
@@ -107,27 +137,19 @@ inline void prefetch_token(const GdnTokens& t, int64_t n, int64_t dk, int64_t j0
 // whole sequence; in place, its rows 4 dv bytes apart fall into few cache sets), stepped through
 // all tokens (the next token's inputs prefetched during each step), and copied back. Columns
 // past the last whole block take gdn_columns per token.
-KEV_AVX2 void gdn_steps_avx2(float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
+KEV_AVX2 void gdn_blocks32_from(float* s, int64_t dk, int64_t dv, int64_t j0, int64_t len,
+                                const GdnTokens& t) {
   thread_local std::vector<float> block, scratch;
-  block.resize(static_cast<size_t>(dk * 32));
-  int64_t j0 = 0;
-  for (; j0 + 32 <= dv; j0 += 32) {
-    for (int64_t i = 0; i < dk; ++i)
-      for (int64_t j = 0; j < 32; ++j) block[static_cast<size_t>(i * 32 + j)] = s[i * dv + j0 + j];
-    if (len > 0) prefetch_token(t, 0, dk, j0);
-    for (int64_t n = 0; n < len; ++n) {
-      if (n + 1 < len) prefetch_token(t, n + 1, dk, j0);
-      gdn_block32_step(block.data(), dk, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,
+  for (; j0 + 32 <= dv; j0 += 32)
+    gdn_block_steps<32>(s, dk, dv, j0, len, t, block, [&](float* b, int64_t n) {
+      gdn_block32_step(b, dk, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,
                        t.v + n * t.qkv_stride + j0, t.beta[n], t.o + n * t.o_stride + j0);
-    }
-    for (int64_t i = 0; i < dk; ++i)
-      for (int64_t j = 0; j < 32; ++j) s[i * dv + j0 + j] = block[static_cast<size_t>(i * 32 + j)];
-  }
-  if (j0 == dv) return;
-  scratch.resize(static_cast<size_t>(dv));
-  for (int64_t n = 0; n < len; ++n)
-    gdn_columns<0>(s, dk, dv, j0, dv - j0, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,
-                   t.v + n * t.qkv_stride, t.beta[n], t.o + n * t.o_stride, scratch.data());
+    });
+  gdn_rest_columns(s, dk, dv, j0, len, t, scratch);
+}
+
+KEV_AVX2 void gdn_steps_avx2(float* s, int64_t dk, int64_t dv, int64_t len, const GdnTokens& t) {
+  gdn_blocks32_from(s, dk, dv, 0, len, t);
 }
 
 // Four rows at a time against one vector: per row the 16 lane sums of dot_fused (one FMA a
@@ -322,6 +344,65 @@ KEV_AVX2 void axpy_block_avx2(float* y, int64_t ldy, int64_t ny, const float* p,
 
 #define KEV_AVX512 KEV_TARGET_AVX512
 
+// gdn_block32_step's 64-column form: m, delta and o in 4 zmm each, the same operations per
+// element in the same order.
+KEV_AVX512 void gdn_block64_step(float* s, int64_t dk, float eg, const float* k, const float* q,
+                                 const float* v, float beta, float* o) {
+  constexpr int kVecs = 4;
+  const __m512 egv = _mm512_set1_ps(eg), bv = _mm512_set1_ps(beta);
+  __m512 acc[kVecs], delta[kVecs];
+  for (int c = 0; c < kVecs; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < dk; ++i) {  // S *= eg; m += k_i S
+    float* row = s + i * 64;
+    const __m512 ki = _mm512_set1_ps(k[i]);
+    for (int c = 0; c < kVecs; ++c) {
+      const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * c), egv);
+      _mm512_storeu_ps(row + 16 * c, r);
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(ki, r));
+    }
+  }
+  for (int c = 0; c < kVecs; ++c) {  // delta = beta (v - m); o = 0
+    delta[c] = _mm512_mul_ps(bv, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * c), acc[c]));
+    acc[c] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < dk; ++i) {  // S += k_i delta; o += q_i S
+    float* row = s + i * 64;
+    const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
+    for (int c = 0; c < kVecs; ++c) {
+      const __m512 r = _mm512_add_ps(_mm512_loadu_ps(row + 16 * c), _mm512_mul_ps(ki, delta[c]));
+      _mm512_storeu_ps(row + 16 * c, r);
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(qi, r));
+    }
+  }
+  for (int c = 0; c < kVecs; ++c) _mm512_storeu_ps(o + 16 * c, acc[c]);
+}
+
+// The L1 data cache's bytes (32 KiB where the system does not say).
+int64_t l1d_bytes() {
+  static const int64_t bytes = [] {
+    const long b = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return b > 0 ? static_cast<int64_t>(b) : int64_t{32} << 10;
+  }();
+  return bytes;
+}
+
+// Blocks of 64 columns (twice the AVX2 form's work per instruction, and four independent sums
+// per step as there) while a dk x 64 block fills at most three quarters of L1 (dk <= 144 on a
+// 48 KiB L1: Zen 5, recent Xeons; dk <= 96 on Zen 4's 32 KiB, whose larger heads keep the
+// 32-column blocks); then the AVX2 form's 32-column blocks and columns.
+KEV_AVX512 void gdn_steps_avx512(float* s, int64_t dk, int64_t dv, int64_t len,
+                                 const GdnTokens& t) {
+  thread_local std::vector<float> block;
+  int64_t j0 = 0;
+  if (dk * 64 * int64_t{sizeof(float)} * 4 <= l1d_bytes() * 3)
+    for (; j0 + 64 <= dv; j0 += 64)
+      gdn_block_steps<64>(s, dk, dv, j0, len, t, block, [&](float* b, int64_t n) {
+        gdn_block64_step(b, dk, t.eg[n], t.k + n * t.qkv_stride, t.q + n * t.qkv_stride,
+                         t.v + n * t.qkv_stride + j0, t.beta[n], t.o + n * t.o_stride + j0);
+      });
+  gdn_blocks32_from(s, dk, dv, j0, len, t);
+}
+
 // Eight rows at a time against one vector (eight independent chains cover the add latency): per
 // row dot's 16 lane sums in one register, then its tree. n must be a multiple of 16.
 KEV_AVX512 void dot_rows_avx512(const float* a, const float* x, int64_t ld, int64_t rows, int64_t n,
@@ -465,7 +546,7 @@ KEV_AVX512 void axpy_block_avx512(float* y, int64_t ldy, int64_t ny, const float
 const VecVariant* vec(Isa level) {
   static const VecVariant avx2 = {kAvx2, &dot_rows_avx2, &gdn_steps_avx2, &dot_block_avx2,
                                   &axpy_block_avx2};
-  static const VecVariant avx512 = {kAvx512, &dot_rows_avx512, &gdn_steps_avx2, &dot_block_avx512,
+  static const VecVariant avx512 = {kAvx512, &dot_rows_avx512, &gdn_steps_avx512, &dot_block_avx512,
                                     &axpy_block_avx512};
   if (level == kAvx512) return &avx512;
   return level == kAvx2 ? &avx2 : nullptr;

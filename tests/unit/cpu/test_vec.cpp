@@ -70,9 +70,9 @@ TEST(Vec, GdnStepMatchesPlainUpdateBitwise) {
   }
 }
 
-// A sequence of steps (gdn_steps, run column block by column block on AVX2 and NEON) against
-// the plain update token after token, bitwise, on every level this CPU runs; strided q/k/v and o
-// as the forward lays them out, head sizes with and without a partial 32-column block, and
+// A sequence of steps (gdn_steps, run column block by column block on AVX2, AVX-512 and NEON)
+// against the plain update token after token, bitwise, on every level this CPU runs; strided q/k/v
+// and o as the forward lays them out, head sizes with and without a partial 32-column block, and
 // partial blocks of 1, 6, 7, 20 and 31 columns (NEON: a multiple of 4 or not, 1 to 8 vectors).
 TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
   for (Isa isa : supported_isas()) {
@@ -90,6 +90,11 @@ TEST(Vec, GdnStepsMatchPlainUpdateBitwiseOnEveryIsa) {
                                {8, 16, 3},
                                {6, 23, 4},
                                {5, 27, 3},
+                               // AVX-512: 64-column blocks, then 32 and columns; a head too
+                               // large for them on a 48 KiB L1
+                               {8, 200, 3},
+                               {24, 160, 2},
+                               {160, 100, 2},
                                {128, 128, 0}}) {
       std::mt19937 rng(static_cast<unsigned>(dk * 7 + dv + len));
       std::uniform_real_distribution<float> d(-1.0f, 1.0f), u01(0.0f, 1.0f);
