@@ -77,6 +77,15 @@ Segment row_segment(const ModelConfig& c, const PrefixState* from, int64_t lengt
                       row.readout.empty() ? nullptr : &row.readout);
 }
 
+// Cuts ascending in [1, n], the last n (Error kInternal otherwise).
+void check_cuts(const std::vector<size_t>& cuts, size_t n) {
+  for (size_t c = 0; c < cuts.size(); ++c)
+    if (cuts[c] == 0 || cuts[c] > n || (c > 0 && cuts[c] <= cuts[c - 1]))
+      fail(ErrorKind::kInternal, "cut {} at {} of a prefix of {} tokens", c, cuts[c], n);
+  if (cuts.empty() || cuts.back() != n)
+    fail(ErrorKind::kInternal, "the cuts of a prefix of {} tokens do not end at its end", n);
+}
+
 // A run of a prefill: ids [begin, end), which ends at cut `cut` (if at_cut).
 struct Piece {
   size_t begin = 0, end = 0;
@@ -204,6 +213,80 @@ std::vector<RowResult> Model::extend_through_rows(const PrefixState& from,
   return results;
 }
 
+bool Model::one_pass(size_t state_tokens, size_t row_tokens) const {
+  return state_tokens <= options_.prefill_step &&
+         state_tokens + row_tokens <= static_cast<size_t>(kRowBatchTokens);
+}
+
+void Model::extend_through_rows_together(std::vector<StateJob>& jobs) const {
+  // Each job's segments (its parts chained, then its rows on its last part), checked up front.
+  struct Placed {
+    std::vector<Segment> segs;
+    std::vector<Piece> pieces;
+    size_t tokens = 0;
+  };
+  std::vector<Placed> placed(jobs.size());
+  static const std::vector<int64_t> kNone;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const StateJob& job = jobs[j];
+    backend_->check_state(*job.from);
+    check_ids(config(), *job.ids, {}, job.from->length, "prefix");
+    check_cuts(job.cuts, job.ids->size());
+    Placed& pl = placed[j];
+    pl.pieces = cut_pieces(job.cuts, options_.prefill_step);
+    int64_t start = job.from->length;
+    for (size_t i = 0; i < pl.pieces.size(); ++i) {
+      const auto len = static_cast<int64_t>(pl.pieces[i].end - pl.pieces[i].begin);
+      pl.segs.push_back(make_segment(i == 0 ? job.from : nullptr, start,
+                                     job.ids->data() + pl.pieces[i].begin, len, nullptr, &kNone));
+      pl.segs.back().continues = static_cast<int64_t>(i) - 1;  // within the job, -1 for the first
+      pl.segs.back().keep_state = pl.pieces[i].at_cut;
+      start += len;
+    }
+    size_t row_tokens = 0;
+    for (size_t r = 0; r < job.rows->size(); ++r) {
+      pl.segs.push_back(row_segment(config(), nullptr, start, (*job.rows)[r], r));
+      pl.segs.back().continues = static_cast<int64_t>(pl.pieces.size()) - 1;
+      row_tokens += (*job.rows)[r].ids.size();
+    }
+    if (!one_pass(job.ids->size(), row_tokens))
+      fail(ErrorKind::kInternal, "a state of {} tokens with {} row tokens is not one pass",
+           job.ids->size(), row_tokens);
+    pl.tokens = job.ids->size() + row_tokens;
+  }
+  // Passes of whole jobs up to kRowBatchTokens tokens.
+  for (size_t a = 0; a < jobs.size();) {
+    size_t b = a, tokens = 0;
+    for (; b < jobs.size(); ++b) {
+      if (b > a && tokens + placed[b].tokens > static_cast<size_t>(kRowBatchTokens)) break;
+      tokens += placed[b].tokens;
+    }
+    std::vector<Segment> segs;
+    std::vector<size_t> first(b - a);
+    for (size_t j = a; j < b; ++j) {
+      first[j - a] = segs.size();
+      for (const Segment& s : placed[j].segs) {
+        segs.push_back(s);
+        if (s.continues >= 0) segs.back().continues += static_cast<int64_t>(first[j - a]);
+      }
+    }
+    std::vector<PrefixState> states;
+    std::vector<float> h;
+    backend_->run(options_, segs, h, &states);
+    size_t k = 0;
+    for (size_t j = a; j < b; ++j) {
+      const Placed& pl = placed[j];
+      for (const Piece& piece : pl.pieces)
+        if (piece.at_cut) jobs[j].on_state(piece.cut, states.at(k++));
+      jobs[j].results.resize(jobs[j].rows->size());
+      for (size_t r = 0; r < jobs[j].rows->size(); ++r)
+        collect_row((*jobs[j].rows)[r], segs[first[j - a] + pl.pieces.size() + r], h,
+                    config().hidden, jobs[j].results[r]);
+    }
+    a = b;
+  }
+}
+
 void Model::prefill(const PrefixState& from, const std::vector<int32_t>& ids,
                     const std::vector<int64_t>& positions, const std::vector<size_t>& cuts,
                     std::vector<float>* hidden, const StateAtCut& on_state,
@@ -220,12 +303,7 @@ void Model::prefill(const PrefixState& from, const std::vector<int32_t>& ids,
     row_segs.push_back(row_segment(config(), nullptr, end_length, (*rows)[r], r));
     row_tokens += row_segs.back().len;
   }
-  for (size_t c = 0; c < cuts.size(); ++c)
-    if (cuts[c] == 0 || cuts[c] > ids.size() || (c > 0 && cuts[c] <= cuts[c - 1]))
-      fail(ErrorKind::kInternal, "cut {} at {} of a prefix of {} tokens", c, cuts[c], ids.size());
-  if (cuts.empty() || cuts.back() != ids.size())
-    fail(ErrorKind::kInternal, "the cuts of a prefix of {} tokens do not end at its end",
-         ids.size());
+  check_cuts(cuts, ids.size());
   // A long part runs in steps of options_.prefill_step (a multiple of the GDN chunk), each
   // continuing the state of the one before: the workspace stays bounded, and by the prefix
   // contract (prefix + row == one pass) the result is the same as one pass. The pieces of

@@ -76,6 +76,12 @@ struct Scorer::StateWork {
   bool cached = true;  // false: the state is not cached (upstream's short states, no cache)
   std::vector<std::pair<size_t, PointKind>> points;  // positions in ids, ascending; last: end
   size_t* reused = nullptr;
+  // Made ready to run (ready()): the ids after `at`, the points as cuts into them, the state they
+  // continue; and, once run, the state at the end.
+  std::vector<int32_t> rest;
+  std::vector<size_t> cuts;
+  PrefixState from_state;
+  std::shared_ptr<const PrefixState> end;
 };
 
 Scorer::StateWork Scorer::plan_state(const std::vector<int32_t>& ids, size_t* reused) const {
@@ -138,34 +144,40 @@ Scorer::StateWork Scorer::plan_state(const std::vector<int32_t>& ids, size_t* re
   return w;
 }
 
-// Runs what `w` needs (every point in one extend_through: a short state's parts share one stream
-// of the weights) and `rows` on the state, in its last pass when they fit. Each point is saved
-// as soon as its pass ends: a safe point (a state interrupted later keeps the points saved
-// before, and a retry continues from them); the state's bookkeeping is done with its end, before
-// any row that runs after it.
-std::shared_ptr<const PrefixState> Scorer::run_state(StateWork& w,
-                                                     const std::vector<RowRequest>& rows,
-                                                     std::vector<RowResult>& hidden,
-                                                     const std::function<bool()>& gone) const {
-  std::vector<size_t> cuts;
-  for (const auto& p : w.points) cuts.push_back(p.first - w.at);
-  const std::vector<int32_t> rest(w.ids.begin() + static_cast<std::ptrdiff_t>(w.at), w.ids.end());
-  const std::span<const int32_t> all(w.ids);
-  std::shared_ptr<const PrefixState> state;
-  auto at_cut = [&](size_t c, const PrefixState& s) {
-    state = std::make_shared<const PrefixState>(s);
-    computed_tokens_.fetch_add(cuts[c] - (c == 0 ? 0 : cuts[c - 1]), std::memory_order_relaxed);
+void Scorer::ready(StateWork& w) const {
+  w.cuts.clear();
+  for (const auto& p : w.points) w.cuts.push_back(p.first - w.at);
+  w.rest.assign(w.ids.begin() + static_cast<std::ptrdiff_t>(w.at), w.ids.end());
+  w.from_state = w.from ? *w.from : model_->empty_state();
+}
+
+// Saves each point of `w` as its pass ends: a safe point (a state interrupted later keeps the
+// points saved before, and a retry continues from them); the state's bookkeeping is done with
+// its end, before any row that runs after it. `w` must outlive the run.
+Model::StateAtCut Scorer::point_saver(StateWork& w) const {
+  return [this, &w](size_t c, const PrefixState& s) {
+    w.end = std::make_shared<const PrefixState>(s);
+    computed_tokens_.fetch_add(w.cuts[c] - (c == 0 ? 0 : w.cuts[c - 1]), std::memory_order_relaxed);
     if (!w.cached) return;
-    save_point(all.first(w.at + cuts[c]), state, w.points[c].second);
-    if (c + 1 < cuts.size()) return;
+    const std::span<const int32_t> all(w.ids);
+    save_point(all.first(w.at + w.cuts[c]), w.end, w.points[c].second);
+    if (c + 1 < w.cuts.size()) return;
     // An end of state that this longer state continued is covered by it: evict it first.
     if (w.at > 0 && w.from_kind != PointKind::kCheckpoint) cache_->demote(all.first(w.at));
     *w.reused = w.at;
     reused_tokens_.fetch_add(w.at, std::memory_order_relaxed);
   };
-  const PrefixState from = w.from ? *w.from : model_->empty_state();
-  hidden = model_->extend_through_rows(from, rest, cuts, at_cut, rows, gone);
-  return state;
+}
+
+// Runs what `w` needs (every point in one extend_through: a short state's parts share one stream
+// of the weights) and `rows` on the state, in its last pass when they fit.
+std::shared_ptr<const PrefixState> Scorer::run_state(StateWork& w,
+                                                     const std::vector<RowRequest>& rows,
+                                                     std::vector<RowResult>& hidden,
+                                                     const std::function<bool()>& gone) const {
+  ready(w);
+  hidden = model_->extend_through_rows(w.from_state, w.rest, w.cuts, point_saver(w), rows, gone);
+  return w.end;
 }
 
 void Scorer::save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,
@@ -197,8 +209,55 @@ struct Scorer::Pending {
   std::vector<RowRequest> rows;
   bool rows_done = false;  // ran with the state (hidden holds their results)
   std::vector<RowResult> hidden;
+  StateWork work;  // its state's plan (prepare), while it is computed
+  size_t row_tokens = 0;
   std::exception_ptr error;
 };
+
+namespace {
+
+// Whether `later` could continue from a point `earlier` is about to save, past its own start:
+// then it must be planned after `earlier` has run, as if the requests came one at a time.
+template <class Work>
+bool would_continue(const Work& earlier, const Work& later) {
+  for (const auto& [point, kind] : earlier.points)
+    if (point > later.at && point <= later.ids.size() &&
+        std::equal(earlier.ids.begin(), earlier.ids.begin() + static_cast<std::ptrdiff_t>(point),
+                   later.ids.begin()))
+      return true;
+  return false;
+}
+
+}  // namespace
+
+void Scorer::run_together(const std::vector<Pending*>& group) const {
+  if (group.empty()) return;
+  std::vector<Model::StateJob> jobs(group.size());
+  for (size_t i = 0; i < group.size(); ++i) {
+    StateWork& w = group[i]->work;
+    ready(w);
+    jobs[i] = {&w.from_state, &w.rest, w.cuts, point_saver(w), &group[i]->rows, {}};
+  }
+  try {
+    model_->extend_through_rows_together(jobs);
+  } catch (...) {
+    // A shared pass failed (e.g. out of memory): each state not yet done runs alone, and gets
+    // its own result or error.
+  }
+  for (size_t i = 0; i < group.size(); ++i) {
+    Pending& p = *group[i];
+    try {
+      if (jobs[i].results.size() == p.rows.size())
+        p.hidden = std::move(jobs[i].results);
+      else
+        run_state(p.work, p.rows, p.hidden, p.gone);
+      p.prefix = p.work.end;
+      p.rows_done = true;
+    } catch (...) {
+      p.error = std::current_exception();
+    }
+  }
+}
 
 ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>& gone) const {
   const ScoreJob job{&request, gone, nullptr};
@@ -210,6 +269,12 @@ ScoreResult Scorer::score(const ApiRequest& request, const std::function<bool()>
 std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) const {
   const auto start = std::chrono::steady_clock::now();
   std::vector<Pending> pending(jobs.size());
+  // Requests one after the other: a state found whole waits for the shared rows pass below;
+  // short states to compute (one pass each with their rows) gather into `group` and run in
+  // shared passes; a longer one runs alone at once with its rows. A request that could continue
+  // from a point a gathered one is about to save runs after the group, planned again, so every
+  // request finds what it would find if they came one at a time.
+  std::vector<Pending*> group;
   for (size_t i = 0; i < jobs.size(); ++i) {
     Pending& p = pending[i];
     p.request = jobs[i].request;
@@ -217,10 +282,30 @@ std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) co
     p.given = jobs[i].encoding;
     try {
       prepare(p);
+      if (p.prefix) continue;
+      if (std::any_of(group.begin(), group.end(),
+                      [&](const Pending* g) { return would_continue(g->work, p.work); })) {
+        run_together(group);
+        group.clear();
+        p.work = plan_state(p.enc.state_ids(), &p.result.usage.cached_tokens);
+        if (p.work.done) {
+          p.prefix = p.work.done;
+          continue;
+        }
+      }
+      if (p.gone && p.gone())
+        fail(ErrorKind::kInterrupted, "the client went away before its state was computed");
+      if (model_->one_pass(p.work.ids.size() - p.work.at, p.row_tokens)) {
+        group.push_back(&p);
+        continue;
+      }
+      p.prefix = run_state(p.work, p.rows, p.hidden, p.gone);
+      p.rows_done = true;
     } catch (...) {
       p.error = std::current_exception();
     }
   }
+  run_together(group);
   // A client may have gone while the prefixes of the requests after its own were computed.
   std::vector<Pending*> live;
   for (Pending& p : pending) {
@@ -315,17 +400,9 @@ void Scorer::prepare(Pending& p) const {
     rows[q].readout.push_back(static_cast<int64_t>(row.decide - s));
     for (size_t o : row.options) rows[q].readout.push_back(static_cast<int64_t>(o - s));
   }
-  // A state found whole waits for the batch's shared rows pass; one to compute runs now (a later
-  // request of the batch finds its points) with its own rows in its last pass.
-  StateWork work = plan_state(enc.state_ids(), &result.usage.cached_tokens);
-  if (work.done) {
-    p.prefix = work.done;
-  } else {
-    p.prefix = run_state(work, rows, p.hidden, p.gone);
-    p.rows_done = true;
-  }
-  if (p.gone && p.gone())
-    fail(ErrorKind::kInterrupted, "the client went away before its rows were scored");
+  for (const RowRequest& r : rows) p.row_tokens += r.ids.size();
+  p.work = plan_state(enc.state_ids(), &result.usage.cached_tokens);
+  if (p.work.done) p.prefix = p.work.done;
 }
 
 void Scorer::finish(Pending& p, std::vector<RowResult> hidden,

@@ -202,6 +202,24 @@ class Model {
                                              const StateAtCut& on_state,
                                              const std::vector<RowRequest>& rows,
                                              const std::function<bool()>& stop = {}) const;
+  // A state and its rows for extend_through_rows_together: extend_through_rows' arguments, its
+  // rows' results in `results`.
+  struct StateJob {
+    const PrefixState* from = nullptr;
+    const std::vector<int32_t>* ids = nullptr;
+    std::vector<size_t> cuts;
+    StateAtCut on_state;
+    const std::vector<RowRequest>* rows = nullptr;
+    std::vector<RowResult> results;
+  };
+  // Whether extend_through_rows runs a state of `state_tokens` and rows of `row_tokens` in one
+  // pass (the state within one prefill step, the two within kRowPassTokens).
+  bool one_pass(size_t state_tokens, size_t row_tokens) const;
+  // Jobs that each run in one pass (one_pass), each as extend_through_rows runs it (the same
+  // bits; a job's states given in cut order, jobs in order), sharing passes of up to
+  // kRowPassTokens tokens: several short states and their rows in one stream of the weights.
+  // Checks every job before anything runs (Error kBadInput; kInternal for one beyond one pass).
+  void extend_through_rows_together(std::vector<StateJob>& jobs) const;
   // Runs every row as its own continuation of `prefix`; rows are batched through the GEMMs.
   std::vector<RowResult> run_rows(const PrefixState& prefix,
                                   const std::vector<RowRequest>& rows) const;

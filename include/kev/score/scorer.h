@@ -127,9 +127,10 @@ class Scorer {
   // Error(kInterrupted), no answer (saved points computed before it stay cached).
   ScoreResult score(const ApiRequest& request, const std::function<bool()>& gone = {}) const;
   // Scores jobs together, outcomes in job order: each request is encoded and gets its state
-  // prefix (found whole in the cache, else computed with its own rows in the state's last pass,
-  // one request after the other) and its gone() check, then the rows of every request still
-  // going whose state was found whole run in one Model::run_rows pass. latency_ms of each is
+  // prefix (found whole in the cache, else computed with its own rows in the state's last pass;
+  // the short ones in shared passes, a request that could continue from one of their points
+  // looked up after they ran, as if they came one at a time) and its gone() check, then the rows
+  // of every request still going whose state was found whole run in one Model::run_rows pass. latency_ms of each is
   // measured from the start of the call to its own answer.
   std::vector<ScoreOutcome> score_batch(std::span<const ScoreJob> jobs) const;
 
@@ -168,6 +169,11 @@ class Scorer {
   std::shared_ptr<const PrefixState> run_state(StateWork& work, const std::vector<RowRequest>& rows,
                                                std::vector<RowResult>& hidden,
                                                const std::function<bool()>& gone) const;
+  // A plan's parts as cuts of the ids it computes, and the callback that saves its points.
+  void ready(StateWork& work) const;
+  Model::StateAtCut point_saver(StateWork& work) const;
+  // Short states of one batch (each one pass with its rows) computed together in shared passes.
+  void run_together(const std::vector<Pending*>& group) const;
   // Puts a computed point in the memory cache and queues it for the disk.
   void save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,
                   PointKind kind) const;

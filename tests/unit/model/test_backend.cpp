@@ -180,6 +180,66 @@ TEST_F(BackendSeam, CutsInsideOneStepShareOnePass) {
   }
 }
 
+// Several short states with their rows share passes (extend_through_rows_together, model.h):
+// one pass for three jobs, three when the middle one fills a row pass alone; each job's states and
+// rows are bitwise the default backend's extend_through_rows of that job alone; a job beyond one
+// pass is refused before anything runs.
+TEST_F(BackendSeam, ShortStatesWithTheirRowsShareOnePass) {
+  const std::unique_ptr<Model> cpu = load("cpu", Precision::kFp32),
+                               other = load(kPortableBackend, Precision::kFp32);
+  const std::vector<std::vector<int32_t>> states = {ids(90, 20), ids(40, 21), ids(120, 22)};
+  const std::vector<std::vector<size_t>> cuts = {{64, 82, 90}, {40}, {100, 120}};
+  std::vector<std::vector<RowRequest>> rows(3);
+  for (size_t j = 0; j < 3; ++j)
+    for (size_t r = 0; r <= j; ++r) {
+      RowRequest row;
+      row.ids = ids(5 + 3 * r, static_cast<unsigned>(30 + 3 * j + r));
+      row.readout = {0, static_cast<int64_t>(row.ids.size()) - 1};
+      rows[j].push_back(row);
+    }
+  const PrefixState empty = other->empty_state(), cpu_empty = cpu->empty_state();
+  auto run = [&](size_t expected_passes, size_t long_rows) {
+    if (long_rows > 0) rows[1][0].ids = ids(long_rows, 40);
+    rows[1][0].readout = {0, static_cast<int64_t>(rows[1][0].ids.size()) - 1};
+    std::vector<std::vector<PrefixState>> got(3);
+    std::vector<Model::StateJob> jobs(3);
+    for (size_t j = 0; j < 3; ++j)
+      jobs[j] = {&empty,   &states[j],
+                 cuts[j],  [&got, j](size_t, const PrefixState& s) { got[j].push_back(s); },
+                 &rows[j], {}};
+    const int before = g_portable_passes.load();
+    other->extend_through_rows_together(jobs);
+    EXPECT_EQ(g_portable_passes.load() - before, static_cast<int>(expected_passes));
+    for (size_t j = 0; j < 3; ++j) {
+      if (long_rows > 0 && j == 1) continue;  // its bits: checked at the short size
+      std::vector<PrefixState> want_states;
+      const std::vector<RowResult> want = cpu->extend_through_rows(
+          cpu_empty, states[j], cuts[j],
+          [&](size_t, const PrefixState& s) { want_states.push_back(s); }, rows[j]);
+      ASSERT_EQ(got[j].size(), cuts[j].size()) << "job " << j;
+      for (size_t c = 0; c < cuts[j].size(); ++c) {
+        EXPECT_EQ(got[j][c].length, want_states[c].length);
+        EXPECT_TRUE(same_floats(other->run_rows(got[j][c], {rows[j][0]})[0].hidden,
+                                cpu->run_rows(want_states[c], {rows[j][0]})[0].hidden))
+            << "job " << j << " point " << c;
+      }
+      ASSERT_EQ(jobs[j].results.size(), rows[j].size());
+      for (size_t r = 0; r < rows[j].size(); ++r)
+        EXPECT_TRUE(same_floats(jobs[j].results[r].hidden, want[r].hidden))
+            << "job " << j << " row " << r;
+    }
+  };
+  run(1, 0);
+  run(3, 4000);  // job 1 with its rows: 4,048 tokens, a pass of its own between the others
+  std::vector<Model::StateJob> too_long(1);
+  const std::vector<int32_t> long_state = ids(129, 23);  // load(): prefill steps of 128
+  too_long[0] = {&empty,   &long_state,
+                 {129},    [](size_t, const PrefixState&) {
+                   ADD_FAILURE() << "a state given"; },
+                 &rows[0], {}};
+  EXPECT_THROW(other->extend_through_rows_together(too_long), Error);
+}
+
 // A backend runs the kernel table it was made with, not the process's: the one place where a
 // table changes bits is the bf16 mode with a BF16 dot-product kernel (precision_kernels.h), which
 // the portable table lacks (it rounds activations and runs the FP32-accumulating GEMM). So on a
