@@ -101,9 +101,9 @@ TEST_F(Continue, ExtendThroughGivesTheStatesOfSeparateExtends) {
   Model& m = *model_;
   const std::vector<int32_t> all = ids(300, 8);
   const std::vector<std::vector<size_t>> cut_sets = {
-      {10, 20, 30, 200, 300}, {92, 300}, {64, 128, 300}, {1, 299, 300}, {300}};
+      {10, 20, 30, 200, 300}, {92, 300}, {1, 299, 300}};
   for (GdnMode g : {GdnMode::kRecurrent, GdnMode::kChunked})
-    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kInt8, Precision::kW8A8})
+    for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kW8A8})
       for (size_t step : {size_t{64}, kPrefillStepTokens}) {
         if (p != Precision::kFp32 && step != 64) continue;  // the chained passes: step 64
         m.set_options({.gdn = g, .threads = 2, .precision = p, .prefill_step = step});
@@ -179,31 +179,33 @@ TEST_F(Continue, ExtendThroughRowsIsRunRowsOnTheEndState) {
   b.ids = ids(7, 12);
   long_row.ids = ids(kRowPassTokens - 100, 13);  // with the state's 120 tokens: beyond one pass
   long_row.readout = {0, static_cast<int64_t>(kRowPassTokens) - 101};
-  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kW8A8})
-    for (GdnMode g : {GdnMode::kRecurrent, GdnMode::kChunked}) {
-      m.set_options({.gdn = g, .threads = 2, .precision = p});
-      const std::string what =
-          std::string(precision_name(p)) + (g == GdnMode::kChunked ? " chunked" : " recurrent");
-      const PrefixState end =
-          m.extend(m.extend(m.empty_state(), slice(all, 0, 64)), slice(all, 64, all.size()));
-      std::vector<std::vector<RowRequest>> cases = {{a, b}};
-      if (p == Precision::kFp32 && g == GdnMode::kRecurrent) cases.push_back({a, long_row});
-      for (const std::vector<RowRequest>& rows : cases) {
-        std::vector<PrefixState> got;
-        const std::vector<RowResult> fused = m.extend_through_rows(
-            m.empty_state(), all, {64, all.size()},
-            [&](size_t, const PrefixState& s) { got.push_back(s); }, rows);
-        ASSERT_EQ(got.size(), 2u) << what;
-        EXPECT_TRUE(same_state(got[1], end)) << what;
-        const std::vector<RowResult> want = m.run_rows(end, rows);
-        ASSERT_EQ(fused.size(), rows.size()) << what;
-        for (size_t r = 0; r < rows.size(); ++r) {
-          EXPECT_EQ(fused[r].rows, want[r].rows) << what << " row " << r;
-          EXPECT_TRUE(same_floats(fused[r].hidden, want[r].hidden))
-              << what << " row " << r << " of " << rows.size();
-        }
+  for (auto [p, g] : {std::pair{Precision::kFp32, GdnMode::kRecurrent},
+                      std::pair{Precision::kFp32, GdnMode::kChunked},
+                      std::pair{Precision::kBf16, GdnMode::kRecurrent},
+                      std::pair{Precision::kW8A8, GdnMode::kChunked}}) {
+    m.set_options({.gdn = g, .threads = 2, .precision = p});
+    const std::string what =
+        std::string(precision_name(p)) + (g == GdnMode::kChunked ? " chunked" : " recurrent");
+    const PrefixState end =
+        m.extend(m.extend(m.empty_state(), slice(all, 0, 64)), slice(all, 64, all.size()));
+    std::vector<std::vector<RowRequest>> cases = {{a, b}};
+    if (p == Precision::kFp32 && g == GdnMode::kRecurrent) cases.push_back({a, long_row});
+    for (const std::vector<RowRequest>& rows : cases) {
+      std::vector<PrefixState> got;
+      const std::vector<RowResult> fused = m.extend_through_rows(
+          m.empty_state(), all, {64, all.size()},
+          [&](size_t, const PrefixState& s) { got.push_back(s); }, rows);
+      ASSERT_EQ(got.size(), 2u) << what;
+      EXPECT_TRUE(same_state(got[1], end)) << what;
+      const std::vector<RowResult> want = m.run_rows(end, rows);
+      ASSERT_EQ(fused.size(), rows.size()) << what;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        EXPECT_EQ(fused[r].rows, want[r].rows) << what << " row " << r;
+        EXPECT_TRUE(same_floats(fused[r].hidden, want[r].hidden))
+            << what << " row " << r << " of " << rows.size();
       }
     }
+  }
   m.set_options({});
   // Rows that run after the state: `stop` is asked before them (the state's end given first).
   std::vector<size_t> given;
