@@ -278,10 +278,12 @@ void Model::extend_through_rows_together(std::vector<StateJob>& jobs) const {
       const Placed& pl = placed[j];
       for (const Piece& piece : pl.pieces)
         if (piece.at_cut) jobs[j].on_state(piece.cut, states.at(k++));
+      jobs[j].results.clear();
       jobs[j].results.resize(jobs[j].rows->size());
       for (size_t r = 0; r < jobs[j].rows->size(); ++r)
         collect_row((*jobs[j].rows)[r], segs[first[j - a] + pl.pieces.size() + r], h,
                     config().hidden, jobs[j].results[r]);
+      jobs[j].done = true;
     }
     a = b;
   }

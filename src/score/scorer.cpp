@@ -209,45 +209,68 @@ struct Scorer::Pending {
   std::vector<RowRequest> rows;
   bool rows_done = false;  // ran with the state (hidden holds their results)
   std::vector<RowResult> hidden;
-  StateWork work;  // its state's plan (prepare), while it is computed
+  StateWork work;  // its state's plan (prepare)
   size_t row_tokens = 0;
   std::exception_ptr error;
 };
 
 namespace {
 
-// Whether `later` could continue from a point `earlier` is about to save, past its own start:
-// then it must be planned after `earlier` has run, as if the requests came one at a time.
+// Whether what `earlier` is about to save could change the plan of `later`: both are cached and
+// they share more ids than `later` continues from (a point of `earlier` there, or its end, which
+// places `later`'s tail point). Then `later` is planned after `earlier` has run, as if the
+// requests came one at a time.
 template <class Work>
-bool would_continue(const Work& earlier, const Work& later) {
-  for (const auto& [point, kind] : earlier.points)
-    if (point > later.at && point <= later.ids.size() &&
-        std::equal(earlier.ids.begin(), earlier.ids.begin() + static_cast<std::ptrdiff_t>(point),
-                   later.ids.begin()))
-      return true;
-  return false;
+bool plan_depends_on(const Work& earlier, const Work& later) {
+  if (!earlier.cached || !later.cached) return false;
+  const size_t n = std::min(earlier.ids.size(), later.ids.size());
+  const auto shared = static_cast<size_t>(
+      std::mismatch(earlier.ids.begin(), earlier.ids.begin() + static_cast<std::ptrdiff_t>(n),
+                    later.ids.begin())
+          .first -
+      earlier.ids.begin());
+  return shared > later.at;
 }
 
 }  // namespace
 
-void Scorer::run_together(const std::vector<Pending*>& group) const {
-  if (group.empty()) return;
-  std::vector<Model::StateJob> jobs(group.size());
-  for (size_t i = 0; i < group.size(); ++i) {
-    StateWork& w = group[i]->work;
-    ready(w);
-    jobs[i] = {&w.from_state, &w.rest, w.cuts, point_saver(w), &group[i]->rows, {}};
+void Scorer::run_together(const std::vector<Pending*>& group) const noexcept {
+  std::vector<Pending*> members;
+  std::vector<Model::StateJob> jobs;
+  try {
+    members.reserve(group.size());  // so that the push_back below cannot throw
+    jobs.reserve(group.size());
+  } catch (...) {
+    for (Pending* p : group) p->error = std::current_exception();
+    return;
+  }
+  for (Pending* p : group) {
+    try {
+      if (p->gone && p->gone())
+        fail(ErrorKind::kInterrupted, "the client went away before its state was computed");
+      ready(p->work);
+      jobs.push_back({&p->work.from_state,
+                      &p->work.rest,
+                      p->work.cuts,
+                      point_saver(p->work),
+                      &p->rows,
+                      {},
+                      false});
+      members.push_back(p);
+    } catch (...) {
+      p->error = std::current_exception();
+    }
   }
   try {
     model_->extend_through_rows_together(jobs);
   } catch (...) {
-    // A shared pass failed (e.g. out of memory): each state not yet done runs alone, and gets
-    // its own result or error.
+    // A shared pass failed (e.g. out of memory): the jobs of the passes before it stand; each
+    // other state runs alone, and gets its own result or error.
   }
-  for (size_t i = 0; i < group.size(); ++i) {
-    Pending& p = *group[i];
+  for (size_t i = 0; i < members.size(); ++i) {
+    Pending& p = *members[i];
     try {
-      if (jobs[i].results.size() == p.rows.size())
+      if (jobs[i].done)
         p.hidden = std::move(jobs[i].results);
       else
         run_state(p.work, p.rows, p.hidden, p.gone);
@@ -284,7 +307,7 @@ std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) co
       prepare(p);
       if (p.prefix) continue;
       if (std::any_of(group.begin(), group.end(),
-                      [&](const Pending* g) { return would_continue(g->work, p.work); })) {
+                      [&](const Pending* g) { return plan_depends_on(g->work, p.work); })) {
         run_together(group);
         group.clear();
         p.work = plan_state(p.enc.state_ids(), &p.result.usage.cached_tokens);
@@ -299,6 +322,8 @@ std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) co
         group.push_back(&p);
         continue;
       }
+      run_together(group);  // first, so that the cache sees the saves in request order
+      group.clear();
       p.prefix = run_state(p.work, p.rows, p.hidden, p.gone);
       p.rows_done = true;
     } catch (...) {

@@ -211,6 +211,7 @@ class Model {
     StateAtCut on_state;
     const std::vector<RowRequest>* rows = nullptr;
     std::vector<RowResult> results;
+    bool done = false;  // its pass ran: its states were given and its results are set
   };
   // Whether extend_through_rows runs a state of `state_tokens` and rows of `row_tokens` in one
   // pass (the state within one prefill step, the two within kRowPassTokens).
@@ -219,6 +220,7 @@ class Model {
   // bits; a job's states given in cut order, jobs in order), sharing passes of up to
   // kRowPassTokens tokens: several short states and their rows in one stream of the weights.
   // Checks every job before anything runs (Error kBadInput; kInternal for one beyond one pass).
+  // When a pass fails, the jobs of the passes before it stay done (StateJob::done).
   void extend_through_rows_together(std::vector<StateJob>& jobs) const;
   // Runs every row as its own continuation of `prefix`; rows are batched through the GEMMs.
   std::vector<RowResult> run_rows(const PrefixState& prefix,

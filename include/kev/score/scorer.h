@@ -30,10 +30,12 @@
 // aside) do not depend on the other questions in the request or on what was cached before.
 // Thread-safe: concurrent
 // score() calls share the model, head, tokenizer and cache read-only / under the cache's lock.
-// score_batch() scores several requests with the question rows of all of them in one model pass
-// (each on its own cached or fresh state prefix): every request gets bitwise the response, usage
-// and error that score() alone would give it (latency_ms aside), and one request's error never
-// fails another's.
+// score_batch() scores several requests together (the states it computes and their rows in
+// shared passes, the rows of states found whole in one more): every request gets bitwise the
+// answers and error that score() alone would give it (latency_ms aside), and its usage but for
+// cached_tokens under cache pressure (the cache sees a batch's saves in request order, but a
+// request planned before the shared pass that saves an earlier request's points may still find
+// a point those saves evict); one request's error never fails another's.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -130,8 +132,8 @@ class Scorer {
   // prefix (found whole in the cache, else computed with its own rows in the state's last pass;
   // the short ones in shared passes, a request that could continue from one of their points
   // looked up after they ran, as if they came one at a time) and its gone() check, then the rows
-  // of every request still going whose state was found whole run in one Model::run_rows pass. latency_ms of each is
-  // measured from the start of the call to its own answer.
+  // of every request still going whose state was found whole run in one Model::run_rows pass.
+  // latency_ms of each is measured from the start of the call to its own answer.
   std::vector<ScoreOutcome> score_batch(std::span<const ScoreJob> jobs) const;
 
   // The upstream demo endpoints, each one job of single-question passes on the same state (its
@@ -173,7 +175,7 @@ class Scorer {
   void ready(StateWork& work) const;
   Model::StateAtCut point_saver(StateWork& work) const;
   // Short states of one batch (each one pass with its rows) computed together in shared passes.
-  void run_together(const std::vector<Pending*>& group) const;
+  void run_together(const std::vector<Pending*>& group) const noexcept;
   // Puts a computed point in the memory cache and queues it for the disk.
   void save_point(std::span<const int32_t> ids, const std::shared_ptr<const PrefixState>& s,
                   PointKind kind) const;

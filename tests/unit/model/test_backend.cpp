@@ -197,14 +197,19 @@ TEST_F(BackendSeam, ShortStatesWithTheirRowsShareOnePass) {
       row.readout = {0, static_cast<int64_t>(row.ids.size()) - 1};
       rows[j].push_back(row);
     }
+  // Job 2 continues a 30-token state (its positions and keys after those).
   const PrefixState empty = other->empty_state(), cpu_empty = cpu->empty_state();
+  const PrefixState start = other->extend(empty, ids(30, 24));
+  const PrefixState cpu_start = cpu->extend(cpu_empty, ids(30, 24));
+  const PrefixState* from[3] = {&empty, &empty, &start};
+  const PrefixState* cpu_from[3] = {&cpu_empty, &cpu_empty, &cpu_start};
   auto run = [&](size_t expected_passes, size_t long_rows) {
     if (long_rows > 0) rows[1][0].ids = ids(long_rows, 40);
     rows[1][0].readout = {0, static_cast<int64_t>(rows[1][0].ids.size()) - 1};
     std::vector<std::vector<PrefixState>> got(3);
     std::vector<Model::StateJob> jobs(3);
     for (size_t j = 0; j < 3; ++j)
-      jobs[j] = {&empty,   &states[j],
+      jobs[j] = {from[j],  &states[j],
                  cuts[j],  [&got, j](size_t, const PrefixState& s) { got[j].push_back(s); },
                  &rows[j], {}};
     const int before = g_portable_passes.load();
@@ -214,7 +219,7 @@ TEST_F(BackendSeam, ShortStatesWithTheirRowsShareOnePass) {
       if (long_rows > 0 && j == 1) continue;  // its bits: checked at the short size
       std::vector<PrefixState> want_states;
       const std::vector<RowResult> want = cpu->extend_through_rows(
-          cpu_empty, states[j], cuts[j],
+          *cpu_from[j], states[j], cuts[j],
           [&](size_t, const PrefixState& s) { want_states.push_back(s); }, rows[j]);
       ASSERT_EQ(got[j].size(), cuts[j].size()) << "job " << j;
       for (size_t c = 0; c < cuts[j].size(); ++c) {
