@@ -294,9 +294,10 @@ std::vector<ScoreOutcome> Scorer::score_batch(std::span<const ScoreJob> jobs) co
   std::vector<Pending> pending(jobs.size());
   // Requests one after the other: a state found whole waits for the shared rows pass below;
   // short states to compute (one pass each with their rows) gather into `group` and run in
-  // shared passes; a longer one runs alone at once with its rows. A request that could continue
-  // from a point a gathered one is about to save runs after the group, planned again, so every
-  // request finds what it would find if they came one at a time.
+  // shared passes; a longer one runs alone with its rows, after the group. A request whose plan
+  // could depend on what a gathered one is about to save (plan_depends_on) runs after the group,
+  // planned again, so every request finds what it would find if they came one at a time (but for
+  // scorer.h's cached_tokens exception).
   std::vector<Pending*> group;
   for (size_t i = 0; i < jobs.size(); ++i) {
     Pending& p = pending[i];
